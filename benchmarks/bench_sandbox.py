@@ -1,0 +1,107 @@
+"""Benchmark: sandboxed executions per second vs one plain subprocess per program.
+
+Both sides run the same trivial program (read a number, print its double) with the same
+interpreter and flags (`python -S -I -B`), on the same number of parallel workers, in
+alternating rounds so that load from other users of the machine hits both alike.
+
+- baseline: `subprocess.run([python, "-S", "-I", "-B", "-c", source], input=stdin)` per
+  program, no isolation at all;
+- sandbox, fresh: `SandboxPool(reuse=False).run_many`, each program in a bubblewrap sandbox
+  of its own (or the rlimits fallback, which the output names);
+- sandbox, reused: `SandboxPool(reuse=True)` (the default), each worker keeps one sandbox
+  and runs program after program in it, emptied in between.
+
+Printed: runs per second of each (median over rounds, and the best round), and the cost of
+isolation as sandbox time / baseline time. A second table does the same for programs with
+10 test cases each, where the sandbox runs all cases of a program in one invocation and the
+baseline starts one subprocess per case. Targets (issue 3): at least 100 isolated runs of a
+trivial program per second on a 2-core machine, and isolation costing under 2x the baseline.
+
+    python benchmarks/bench_sandbox.py [--programs 300] [--rounds 5] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from gdpo_nemo.sandbox import Case, Limits, Sandbox, SandboxPool, default_workers
+
+PROGRAM = "print(int(input()) * 2)\n"
+
+
+def baseline_run(python: str, source: str, stdin: str) -> str:
+    """One program in one plain subprocess: what running without a sandbox costs."""
+    done = subprocess.run(
+        [python, "-S", "-I", "-B", "-c", source], input=stdin.encode(), capture_output=True, timeout=30, check=False
+    )
+    return done.stdout.decode()
+
+
+def time_baseline(executor: ThreadPoolExecutor, python: str, stdins: list[list[str]]) -> float:
+    start = time.perf_counter()
+    futures = [executor.submit(baseline_run, python, PROGRAM, s) for program in stdins for s in program]
+    outputs = [future.result() for future in futures]
+    elapsed = time.perf_counter() - start
+    expected = [f"{int(s) * 2}\n" for program in stdins for s in program]
+    if outputs != expected:
+        raise SystemExit("baseline produced wrong outputs")
+    return elapsed
+
+
+def time_sandbox(pool: SandboxPool, stdins: list[list[str]], limits: Limits) -> float:
+    start = time.perf_counter()
+    results = pool.run_many([(PROGRAM, [Case(stdin=s) for s in program]) for program in stdins], limits)
+    elapsed = time.perf_counter() - start
+    for program, program_results in zip(stdins, results):
+        for stdin, result in zip(program, program_results):
+            if result.status != "ok" or result.stdout != f"{int(stdin) * 2}\n":
+                raise SystemExit(f"sandbox produced a wrong result: {result}")
+    return elapsed
+
+
+def compare(label: str, programs: int, cases: int, rounds: int, workers: int, sandbox: Sandbox) -> None:
+    stdins = [[str(p * cases + c) for c in range(cases)] for p in range(programs)]
+    limits = Limits(cpu_seconds=5, wall_seconds=20)
+    times: dict[str, list[float]] = {"baseline": [], "fresh": [], "reused": []}
+    with ThreadPoolExecutor(max_workers=workers) as executor, SandboxPool(
+        workers, sandbox=sandbox, reuse=False
+    ) as fresh, SandboxPool(workers, sandbox=sandbox, reuse=True) as reused:
+        time_baseline(executor, sandbox.python, stdins[:workers])  # warm-up: page cache, threads, sandboxes
+        time_sandbox(fresh, stdins[:workers], limits)
+        time_sandbox(reused, stdins[:workers], limits)
+        for _ in range(rounds):
+            times["baseline"].append(time_baseline(executor, sandbox.python, stdins))
+            times["fresh"].append(time_sandbox(fresh, stdins, limits))
+            times["reused"].append(time_sandbox(reused, stdins, limits))
+    print(f"\n{label}: {programs} programs x {cases} case(s), {workers} workers, {rounds} rounds")
+    print(f"{'':<40}{'median':>10}{'best':>10}")
+    names = {"baseline": "baseline (no isolation)", "fresh": "sandbox, fresh", "reused": "sandbox, reused"}
+    for key, name in names.items():
+        median, best = statistics.median(times[key]), min(times[key])
+        print(f"{name + ' programs/s':<40}{programs / median:>10.1f}{programs / best:>10.1f}")
+        if cases > 1:
+            print(f"{name + ' cases/s':<40}{programs * cases / median:>10.1f}{programs * cases / best:>10.1f}")
+    for key in ("fresh", "reused"):
+        ratios = [box / base for box, base in zip(times[key], times["baseline"])]
+        print(f"{'isolation cost, ' + names[key][9:] + ' (x baseline)':<40}{statistics.median(ratios):>9.2f}x{min(ratios):>9.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--programs", type=int, default=300, help="programs per round (default 300)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating baseline/sandbox rounds (default 5)")
+    parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: 2 per CPU)")
+    args = parser.parse_args()
+    workers = args.workers or default_workers()
+    sandbox = Sandbox()
+    print(f"sandbox backend: {sandbox.active_backend}; interpreter: {sandbox.python}; workers: {workers}")
+    compare("trivial program, 1 case", args.programs, 1, args.rounds, workers, sandbox)
+    compare("trivial program, 10 cases", max(1, args.programs // 10), 10, args.rounds, workers, sandbox)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""`gdpo-nemo score`: score a JSONL file of completions with a task's reward set.
+
+Each input row is a JSON object with `completion` and `ground_truth` (code: `tests`, and
+`ground_truth` is ignored), optionally `num_tokens` (the completion's length from your
+tokenizer; without it `length` counts ceil(characters / 4)). Each output row is the input
+plus `"rewards": {name: value}`. A bad row (not JSON, a missing or mistyped field, an
+unusable ground truth) is reported on stderr as `line N: what is wrong`, written with every
+component at its lowest declared value and an `"error"` field, and never stops the file;
+a line that is not a JSON object is written as `{"line": N, "raw": text, ...}`.
+Blank lines are skipped. A summary line (rows, bad rows, mean of each reward over all rows
+written) ends the run on stderr. Exit code: 0 all rows good, 1 some rows bad (the output is still
+complete), 2 the command could not run (bad arguments, unreadable input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+CHUNK_ROWS = 256
+TASK_CHOICES = ("toolcall", "gsm8k", "math", "code")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `score` options (cheap: imports nothing heavy)."""
+    parser.add_argument("--task", required=True, choices=TASK_CHOICES, help="which task's rewards to apply")
+    parser.add_argument("input", metavar="IN.jsonl", help="rows with completion, ground_truth (code: tests); '-' reads stdin")
+    parser.add_argument(
+        "-o", "--output", metavar="OUT.jsonl",
+        help="where to write scored rows; default IN.scored.jsonl beside the input ('-': stdout)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--components", metavar="A,B",
+        help="comma-separated component names in order (default: the task's paper set)",
+    )  # fmt: skip
+    parser.add_argument("--length-limit", type=int, metavar="L", help="token limit of the length reward (default 4000 for math/code)")
+    parser.add_argument("--conditioned-length", action="store_true", help="length pays only correct answers (always on for code)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def default_output_path(input_path: str) -> str:
+    """IN.jsonl -> IN.scored.jsonl (any other name gets `.scored.jsonl` appended); stdin -> stdout."""
+    if input_path == "-":
+        return "-"
+    path = Path(input_path)
+    stem = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else path.name
+    return str(path.with_name(stem + ".scored.jsonl"))
+
+
+def _read_rows(stream) -> Iterator[tuple[int, dict | None, str | None]]:
+    """(line number, row, error) per non-blank line; row is None when the line is unusable."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            yield number, None, f"not valid UTF-8 ({err.reason} at byte {err.start})"
+            continue
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            yield number, {"line": number, "raw": text.rstrip("\r\n")}, f"not valid JSON ({err})"
+            continue
+        if not isinstance(row, dict):
+            yield number, {"line": number, "raw": text.rstrip("\r\n")}, f"a row must be a JSON object, got {type(row).__name__}"
+            continue
+        yield number, row, None
+
+
+def _row_problem(row: dict, task: str) -> str | None:
+    """What makes a parsed row unscorable, or None."""
+    if "completion" not in row:
+        return "missing 'completion'"
+    if not isinstance(row["completion"], str):
+        return f"'completion' must be a string, got {type(row['completion']).__name__}"
+    if task == "code":
+        if "tests" not in row:
+            return "missing 'tests'"
+    elif "ground_truth" not in row:
+        return "missing 'ground_truth'"
+    tokens = row.get("num_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+        return f"'num_tokens' must be a non-negative integer or null, got {tokens!r}"
+    return None
+
+
+class _Scorer:
+    """Scores chunks of rows, isolating the rows whose data cannot be scored."""
+
+    def __init__(self, reward_set):
+        self.reward_set = reward_set
+
+    def _batch(self, rows: list[dict]) -> tuple[dict[str, list[float]], dict[int, str]]:
+        from gdpo_nemo.rewards import RewardDataError
+
+        try:
+            scores = self.reward_set.score_batch(
+                [row["completion"] for row in rows],
+                [row.get("ground_truth") for row in rows],
+                num_tokens=[row.get("num_tokens") for row in rows],
+                tests=[row.get("tests") for row in rows] if self.reward_set.task == "code" else None,
+            )
+            return scores, {}
+        except RewardDataError as err:
+            return err.partial, err.rows
+
+    def score(self, rows: list[dict]) -> list[tuple[dict[str, float], str | None]]:
+        """(rewards, error) per row."""
+        try:
+            scores, errors = self._batch(rows)
+        except (ValueError, TypeError, KeyError) as err:
+            # A scorer that raises for one row's data (e.g. malformed code tests) would
+            # take the chunk down: rescore row by row to pin the error on its row.
+            if len(rows) == 1:
+                return [(self.reward_set.lowest(), f"cannot score this row: {err}")]
+            return [result for row in rows for result in self.score([row])]
+        results = []
+        for index in range(len(rows)):
+            rewards = {name: scores[name][index] for name in self.reward_set.names}
+            results.append((rewards, errors.get(index)))
+        return results
+
+
+def _dump(row: dict) -> bytes:
+    try:
+        return json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # lone surrogates from \ud800-style escapes: keep them escaped
+        return json.dumps(row, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def _count_lines(path: str) -> int | None:
+    if path == "-":
+        return None
+    with open(path, "rb") as stream:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score args.input; see the module docstring for the row format and exit codes."""
+    from tqdm import tqdm
+
+    from gdpo_nemo.rewards import get_reward_set
+
+    components = None
+    if args.components:
+        components = [name.strip() for name in args.components.split(",") if name.strip()]
+    try:
+        reward_set = get_reward_set(
+            args.task, components, length_limit=args.length_limit, conditioned_length=args.conditioned_length
+        )
+    except ValueError as err:
+        print(f"gdpo-nemo score: {err}", file=sys.stderr)
+        return 2
+    if args.input != "-" and not Path(args.input).is_file():
+        print(f"gdpo-nemo score: input file {args.input!r} does not exist", file=sys.stderr)
+        return 2
+    output_path = args.output or default_output_path(args.input)
+    if output_path != "-" and args.input != "-" and Path(output_path).resolve() == Path(args.input).resolve():
+        print(f"gdpo-nemo score: output {output_path!r} would overwrite the input; pass another -o", file=sys.stderr)
+        return 2
+
+    scorer = _Scorer(reward_set)
+    names = reward_set.names
+    totals = {name: 0.0 for name in names}
+    rows_done = bad_rows = 0
+    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    sink = sys.stdout.buffer if output_path == "-" else open(output_path, "wb")
+    bar = tqdm(total=_count_lines(args.input), unit="row", file=sys.stderr, disable=True if args.no_progress else None, desc="score")
+
+    def flush(pending: list[tuple[int, dict, str | None]]) -> None:
+        nonlocal rows_done, bad_rows
+        good = [(n, row) for n, row, problem in pending if problem is None]
+        scored = dict(zip((n for n, _ in good), scorer.score([row for _, row in good]))) if good else {}
+        for number, row, problem in pending:
+            rewards, error = scored.get(number, (reward_set.lowest(), problem))
+            out = dict(row) if row is not None else {"line": number}
+            out["rewards"] = rewards
+            out.pop("error", None)
+            if error is not None:
+                out["error"] = error
+                bad_rows += 1
+                bar.write(f"line {number}: {error}", file=sys.stderr)
+            sink.write(_dump(out))
+            rows_done += 1
+            for name in names:
+                totals[name] += rewards[name]
+        bar.update(pending[-1][0] - bar.n)
+
+    try:
+        pending: list[tuple[int, dict, str | None]] = []
+        for number, row, problem in _read_rows(source):
+            if problem is None:
+                problem = _row_problem(row, args.task)
+            pending.append((number, row, problem))
+            if len(pending) >= CHUNK_ROWS:
+                flush(pending)
+                pending = []
+        if pending:
+            flush(pending)
+    finally:
+        bar.close()
+        if source is not sys.stdin.buffer:
+            source.close()
+        if sink is not sys.stdout.buffer:
+            sink.close()
+        else:
+            sink.flush()
+
+    means = " ".join(f"{name}={totals[name] / rows_done:.4f}" for name in names) if rows_done else "(no rows)"
+    where = "stdout" if output_path == "-" else output_path
+    print(
+        f"scored {rows_done} rows ({bad_rows} bad) with {reward_set.task} rewards -> {where}; mean over all rows: {means}",
+        file=sys.stderr,
+    )
+    return 1 if bad_rows else 0

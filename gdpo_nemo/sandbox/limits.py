@@ -1,0 +1,67 @@
+"""Resource limits of one sandboxed program run, with their defaults and why."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one program may use. Every limit applies to each test case separately.
+
+    cpu_seconds: CPU time of the program's main process per test case (RLIMIT_CPU, rounded
+        up to whole seconds; SIGXCPU at the limit, SIGKILL one second later). Default 4 s:
+        competitive-programming time limits are 1-2 s for C++, and Python needs more.
+    wall_seconds: wall-clock time per test case; at the limit the whole process tree is
+        killed. Default 8 s, twice the CPU limit, so a busy machine does not turn a correct
+        program into a timeout while `sleep()` still cannot stall the batch.
+    memory_bytes: address space of each process (RLIMIT_AS). Default 1 GiB: typical judges
+        allow 256 MiB of data, and CPython plus a deep-recursion thread stack needs headroom.
+        Without cgroups this bounds each process, so the sandbox as a whole can reach
+        `memory_bytes * max_processes`; keep that product below the machine's memory.
+    max_processes: processes plus threads the program may have at once, its main one
+        included (RLIMIT_NPROC, counted per sandbox because each sandbox has its own user
+        namespace). Default 16: enough for a thread pool, small enough that a fork bomb stops
+        at once.
+    max_file_bytes: largest file the program may write, stdout and stderr included
+        (RLIMIT_FSIZE). Default 16 MiB.
+    max_output_bytes: bytes of stdout and of a returned value kept per test case and sent
+        back to the harness; the rest is dropped and flagged as truncated (stderr keeps at
+        most 64 KiB: it only serves diagnostics). Default 8 MiB, above the largest expected
+        outputs of APPS/CodeContests/TACO.
+    max_run_output_bytes: bytes kept over all test cases of one run together; cases past the
+        budget come back cut. Default 64 MiB: with `workers` runs at once, the harness holds
+        at most `workers` times this much.
+    tmp_bytes: size of the private, memory-backed /tmp that is the program's working
+        directory and $HOME (bubblewrap backend only). Default 64 MiB.
+    """
+
+    cpu_seconds: float = 4.0
+    wall_seconds: float = 8.0
+    memory_bytes: int = 1024 * MIB
+    max_processes: int = 16
+    max_file_bytes: int = 16 * MIB
+    max_output_bytes: int = 8 * MIB
+    max_run_output_bytes: int = 64 * MIB
+    tmp_bytes: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            whole = spec.type in ("int", int)
+            kinds = (int,) if whole else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
+                accepted = "a positive whole number" if whole else "a positive number"
+                raise ValueError(f"Limits.{spec.name} must be {accepted}, got {value!r}")
+        if self.memory_bytes < 32 * MIB:
+            raise ValueError(
+                f"Limits.memory_bytes must be at least {32 * MIB} (32 MiB: CPython itself needs it), got {self.memory_bytes}"
+            )
+
+    @property
+    def cpu_rlimit(self) -> int:
+        """The RLIMIT_CPU soft limit in whole seconds (`cpu_seconds` rounded up)."""
+        return max(1, math.ceil(self.cpu_seconds))

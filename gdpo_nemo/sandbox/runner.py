@@ -1,0 +1,508 @@
+"""Run one model-written Python program on its test cases inside the sandbox.
+
+    sandbox = Sandbox()                                   # bubblewrap if usable, else rlimits (warns once)
+    [result] = sandbox.run_cases(source, [Case(stdin="1 2\\n")], limits=Limits(cpu_seconds=2))
+    result.status, result.stdout                          # "ok", "3\\n"
+
+One sandbox invocation runs all cases of one program: the driver (`_driver.py`) starts once,
+compiles the program once, and forks a fresh child per case, which costs about a millisecond
+instead of a new interpreter. Each case still gets fresh stdin/stdout/stderr, its own CPU
+and wall-clock limits, a sweep that kills anything the case left running, and a /tmp
+emptied of what earlier cases wrote.
+
+Status of a case (`ExecResult.status`):
+- "ok": the program exited with status 0 and left no process behind.
+- "error": a runtime error: non-zero exit status (an uncaught exception exits 1) or a crash
+  signal (SIGSEGV on runaway recursion, ...).
+- "compile_error": the source does not compile (SyntaxError, NUL bytes, ...).
+- "timeout": the CPU limit (SIGXCPU, or SIGKILL past it) or the wall-clock limit was hit.
+- "memory_limit": the program died with a MemoryError (the address-space limit).
+- "output_limit": stdout or stderr reached `max_file_bytes`.
+- "stray_process": the program exited 0 but left processes running (a daemon); they were
+  killed.
+- "skipped": not run, because an earlier case timed out and the run was asked to stop at
+  the first timeout (`stop_on_timeout=True`).
+- "sandbox_error": the driver never reported this case (the program killed it, which only
+  the fallback allows, or the whole run passed its deadline).
+Only "ok" counts as having run without error.
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python
+from gdpo_nemo.sandbox.limits import Limits
+
+log = logging.getLogger(__name__)
+
+STATUSES = (
+    "ok", "error", "compile_error", "timeout", "memory_limit", "output_limit", "stray_process", "skipped", "sandbox_error",
+)
+DRIVER_SOURCE = (Path(__file__).parent / "_driver.py").read_text(encoding="utf-8")
+# Seconds allowed for bubblewrap and the interpreter to start, on top of the cases' own wall
+# limits, before the harness kills the whole run.
+STARTUP_SLACK_S = 10.0
+# Per-case slack for the driver's own work (fork, reading outputs) within the run deadline.
+PER_CASE_SLACK_S = 0.5
+_SIGXCPU = int(signal.SIGXCPU)
+_SIGKILL = int(signal.SIGKILL)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (cannot start, broken protocol): not the program's fault."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test case of a program.
+
+    stdin: text (or bytes) fed to the program's standard input ("stdio" cases).
+    call: name of a function (or `Solution` method) to call after the program ran, with
+        `args`; its return value comes back as JSON in `ExecResult.value` ("call" cases).
+    check: Python statements run in the program's namespace after it ran, e.g.
+        "assert f(1) == 2"; `ExecResult.value` is "pass", or "fail" on AssertionError
+        ("check" cases). Any other exception is a runtime error of the program.
+    """
+
+    stdin: str | bytes = ""
+    call: str | None = None
+    args: tuple | list = ()
+    check: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stdin, (str, bytes)):
+            raise ValueError(f"Case.stdin must be str or bytes, got {type(self.stdin).__name__}")
+        if self.call is not None and self.check is not None:
+            raise ValueError("a Case takes either call= or check=, not both")
+        if self.call is not None and (not isinstance(self.call, str) or not self.call.isidentifier()):
+            raise ValueError(f"Case.call must be a Python identifier, got {self.call!r}")
+        if not isinstance(self.args, (tuple, list)):
+            raise ValueError(f"Case.args must be a list or tuple of arguments, got {type(self.args).__name__}")
+        if self.check is not None:
+            if not isinstance(self.check, str):
+                raise ValueError(f"Case.check must be a string of Python statements, got {type(self.check).__name__}")
+            try:
+                compile(self.check, "<check>", "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as err:
+                raise ValueError(f"Case.check does not compile ({err}): {self.check[:200]!r}") from None
+
+    @property
+    def kind(self) -> str:
+        """"stdio", "call" or "check"."""
+        return "call" if self.call is not None else "check" if self.check is not None else "stdio"
+
+    def _wire(self) -> tuple:
+        stdin = self.stdin.encode("utf-8", "surrogatepass") if isinstance(self.stdin, str) else bytes(self.stdin)
+        return (self.kind, stdin, self.call, list(self.args), self.check)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one test case of a program did.
+
+    status: one of STATUSES (module docstring). returncode: the exit status, or minus the
+    signal that killed it (subprocess's convention), or None when it never ran (compile
+    error, lost case). stdout/stderr: the kept output, decoded as UTF-8 (undecodable bytes
+    replaced). wall_s / cpu_s: seconds of wall-clock time and of CPU time of the main process.
+    value: "call" cases: the JSON text of the return value (None if the call never
+    happened or "\\x00unserializable"); "check" cases: "pass" or "fail"; stdio: None.
+    """
+
+    status: str
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    value: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the case ran to the end without error."""
+        return self.status == "ok"
+
+
+@dataclass
+class _Frame:
+    term: str
+    number: int
+    cpu_s: float
+    wall_s: float
+    out_total: int
+    err_total: int
+    out: bytes
+    err: bytes
+    value: bytes
+    strays: bool
+
+
+@dataclass
+class _Report:
+    """What the driver reported for one job."""
+
+    started: bool  # it wrote READY: the sandbox came up
+    protected: bool  # it made itself non-dumpable
+    frames: dict[int, _Frame]
+    done: bool  # it wrote DONE after every case
+    retiring: bool  # it will serve no further job (DONE 1)
+
+
+def _parse_frames(data: bytes, count: int) -> _Report:
+    """The driver's report of one job, from its output.
+
+    Anything malformed, out of order or after DONE voids the whole report: those bytes did
+    not come from the driver as written.
+    """
+    void = _Report(True, False, {}, False, True)
+    if not data.startswith(b"READY "):
+        return _Report(False, False, {}, False, True)
+    line_end = data.find(b"\n")
+    protected = data[6:line_end] == b"1"
+    frames: dict[int, _Frame] = {}
+    position = line_end + 1
+    while position < len(data):
+        line_end = data.find(b"\n", position)
+        if line_end < 0:
+            break
+        line = data[position:line_end]
+        if line in (b"DONE 0", b"DONE 1"):
+            if line_end + 1 != len(data) or len(frames) != count:
+                return void
+            return _Report(True, protected, frames, True, line == b"DONE 1")
+        parts = line.split(b" ")
+        if len(parts) != 12 or parts[0] != b"CASE":
+            return void
+        try:
+            index, number = int(parts[1]), int(parts[3])
+            cpu_s, wall_s = float(parts[4]), float(parts[5])
+            out_total, err_total, len_out, len_err, len_val, strays = (int(p) for p in parts[6:12])
+        except ValueError:
+            return void
+        if index != len(frames) or index >= count or min(len_out, len_err, len_val) < 0:
+            return void
+        body = line_end + 1
+        end = body + len_out + len_err + len_val
+        if end > len(data):
+            break
+        frames[index] = _Frame(
+            parts[2].decode("ascii", "replace"), number, cpu_s, wall_s, out_total, err_total,
+            data[body : body + len_out], data[body + len_out : body + len_out + len_err],
+            data[body + len_out + len_err : end], bool(strays),
+        )
+        position = end
+    return _Report(True, protected, frames, False, True)
+
+
+def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
+    """(status, returncode) of one reported case."""
+    if frame.term == "compile":
+        return "compile_error", None
+    if frame.term == "skipped":
+        return "skipped", None
+    if frame.term == "wall":
+        return "timeout", -_SIGKILL
+    if frame.term == "signal":
+        if frame.number == _SIGXCPU or (frame.number == _SIGKILL and frame.cpu_s >= limits.cpu_rlimit):
+            return "timeout", -frame.number
+        if frame.number == int(signal.SIGXFSZ):
+            return "output_limit", -frame.number
+        return "error", -frame.number
+    code = frame.number
+    if code == 0:
+        return ("stray_process" if frame.strays else "ok"), 0
+    if max(frame.out_total, frame.err_total) >= limits.max_file_bytes:
+        return "output_limit", code
+    # An uncaught exception's traceback ends with "<Type>: <message>" on its last line.
+    if frame.err[-2000:].rstrip().rsplit(b"\n", 1)[-1].startswith(b"MemoryError"):
+        return "memory_limit", code
+    return "error", code
+
+
+def _result(frame: _Frame, case: Case, limits: Limits) -> ExecResult:
+    status, returncode = _status(frame, limits)
+    value: str | None = None
+    if case.kind == "check" and frame.value in (b"P", b"F"):
+        value = "pass" if frame.value == b"P" else "fail"
+    elif case.kind == "call" and frame.value:
+        value = frame.value.decode("utf-8", "replace")
+    return ExecResult(
+        status=status,
+        returncode=returncode,
+        stdout=frame.out.decode("utf-8", "replace"),
+        stderr=frame.err.decode("utf-8", "replace"),
+        wall_s=frame.wall_s,
+        cpu_s=frame.cpu_s,
+        stdout_truncated=frame.out_total > len(frame.out),
+        stderr_truncated=frame.err_total > len(frame.err),
+        value=value,
+    )
+
+
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+@dataclass
+class Sandbox:
+    """Where and how programs run. Thread-safe; one instance can serve a whole pool.
+
+    backend: "auto" (bubblewrap when it works here, else the rlimits fallback with a one-time
+        warning), "bwrap" (raise SandboxError if it cannot work) or "rlimits".
+    python: interpreter for the programs (default `isolation.default_python()`); the driver
+        needs CPython >= 3.8.
+    uid: unprivileged uid/gid to run programs as when the harness is root (default 65534);
+        ignored when the harness is not root.
+    """
+
+    backend: str = "auto"
+    python: str | None = None
+    uid: int | None = None
+    _isolation: Isolation | None = field(default=None, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.python is None:
+            self.python = default_python()
+        if not os.access(self.python, os.X_OK):
+            raise ValueError(f"python must be an executable interpreter, got {self.python!r}")
+        if os.geteuid() != 0:
+            self.uid = None
+        elif self.uid is None:
+            self.uid = DEFAULT_UNPRIVILEGED_ID
+
+    @property
+    def active_backend(self) -> str:
+        """"bwrap" or "rlimits": what runs programs (probes the machine on first use)."""
+        return self._get_isolation().backend
+
+    def _get_isolation(self) -> Isolation:
+        with self._lock:
+            if self._isolation is None:
+                self._isolation = self._choose()
+            return self._isolation
+
+    def _choose(self) -> Isolation:
+        if self.backend in ("auto", "bwrap"):
+            try:
+                isolation = Isolation("bwrap", self.python, self.uid, DRIVER_SOURCE)
+                problem = self._probe(isolation)
+            except RuntimeError as err:
+                problem = str(err)
+            if problem is None:
+                return isolation
+            if self.backend == "bwrap":
+                raise SandboxError(f"the bubblewrap sandbox does not work here: {problem}")
+            _warn_once(
+                "fallback",
+                f"gdpo_nemo.sandbox: bubblewrap is unusable ({problem}); falling back to rlimits + a new "
+                "session + a temporary directory: programs can see the file system and the network. "
+                "Install the Debian package `bubblewrap` for isolation.",
+            )
+        isolation = Isolation("rlimits", self.python, self.uid, DRIVER_SOURCE)
+        problem = self._probe(isolation)
+        if problem is not None:
+            raise SandboxError(f"the rlimits sandbox does not work here: {problem}")
+        return isolation
+
+    def _probe(self, isolation: Isolation) -> str | None:
+        """None if a trivial program runs correctly with `isolation`, else what went wrong."""
+        try:
+            [result] = self._run(isolation, "print(6 * 7)", [Case()], Limits())
+        except SandboxError as err:
+            return str(err)
+        if result.status != "ok" or result.stdout != "42\n":
+            return f"a trivial program ended with status {result.status!r}: {result.stderr[-500:]!r}"
+        return None
+
+    def run_cases(
+        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
+    ) -> list[ExecResult]:
+        """Run `source` once per case in one sandbox; one ExecResult per case, in order.
+
+        stop_on_timeout: after the first case that times out, skip the rest (status
+        "skipped") instead of letting each of them run into its limit too.
+        Never raises because of what the program does; raises ValueError for bad arguments
+        and SandboxError when the sandbox itself cannot run.
+        """
+        if not isinstance(source, str):
+            raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
+        cases = list(cases)
+        for case in cases:
+            if not isinstance(case, Case):
+                raise ValueError(f"cases must be Case objects, got {type(case).__name__}")
+        if not cases:
+            return []
+        limits = Limits() if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise ValueError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
+        return self._run(self._get_isolation(), source, cases, limits, bool(stop_on_timeout))
+
+    def run_program(self, source: str, stdin: str | bytes = "", limits: Limits | None = None) -> ExecResult:
+        """Run `source` once with `stdin`; its ExecResult."""
+        return self.run_cases(source, [Case(stdin=stdin)], limits)[0]
+
+    def _run(
+        self, isolation: Isolation, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool = False
+    ) -> list[ExecResult]:
+        workdir = None
+        if isolation.backend == "rlimits":
+            workdir = tempfile.mkdtemp(prefix="gdpo-sandbox-")
+            if isolation.uid is not None:
+                os.chown(workdir, isolation.uid, isolation.uid)
+        try:
+            launch = isolation.launch(limits.tmp_bytes, workdir)
+            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout)
+        finally:
+            if workdir is not None:
+                _remove_tree(workdir)
+
+    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout) -> list[ExecResult]:
+        blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
+        try:
+            process = subprocess.Popen(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=launch.cwd, env=launch.env, close_fds=True, start_new_session=True,
+            )
+        except OSError as err:
+            raise SandboxError(f"cannot start {launch.argv[0]}: {err}") from err
+        timed_out = False
+        try:
+            # One job, then end of input: the driver exits after it.
+            out, err = process.communicate(launch.stdin_prefix + blob, timeout=run_deadline(cases, limits))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(process)
+            out, err = process.communicate()
+        finally:
+            if process.poll() is None:
+                kill_group(process)
+                process.wait()
+        return collect(_parse_frames(out, len(cases)), cases, limits, timed_out, err, process.returncode)
+
+
+def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool) -> bytes:
+    """One job as the driver reads it: an 8-byte big-endian length, then the marshal blob."""
+    job = {
+        "source": source,
+        "main_path": launch.main_path,
+        "cases": [case._wire() for case in cases],
+        "cpu_seconds": limits.cpu_rlimit,
+        "wall_seconds": float(limits.wall_seconds),
+        "memory_bytes": int(limits.memory_bytes),
+        # The fallback without a uid of its own would count every process of the user.
+        "max_processes": None if (isolation.backend == "rlimits" and isolation.uid is None) else limits.max_processes,
+        "max_file_bytes": int(limits.max_file_bytes),
+        "max_output_bytes": int(limits.max_output_bytes),
+        "max_run_output_bytes": int(limits.max_run_output_bytes),
+        "pid_namespace": launch.pid_namespace,
+        "stop_on_timeout": bool(stop_on_timeout),
+    }
+    try:
+        blob = marshal.dumps(job, 4)
+    except ValueError as err:
+        raise ValueError(f"Case.args must hold only JSON-like values (None, bool, int, float, str, list, dict): {err}") from None
+    return len(blob).to_bytes(8, "big") + blob
+
+
+def run_deadline(cases: list[Case], limits: Limits) -> float:
+    """Seconds a whole job may take before the harness kills its sandbox."""
+    return STARTUP_SLACK_S + len(cases) * (limits.wall_seconds + PER_CASE_SLACK_S)
+
+
+def collect(report: _Report, cases: list[Case], limits: Limits, timed_out: bool, stderr: bytes, exit_status) -> list[ExecResult]:
+    """One ExecResult per case from the driver's report; cases it did not report are
+    "timeout" when the harness gave up on the job, else "sandbox_error"."""
+    text = stderr.decode("utf-8", "replace")[-2000:]
+    if not report.started:
+        if timed_out:
+            return [ExecResult(status="timeout", returncode=None, stderr=text) for _ in cases]
+        raise SandboxError(f"the sandbox did not start (exit status {exit_status}): {text}")
+    if not report.protected and report.frames:
+        _warn_once("unprotected", "gdpo_nemo.sandbox: the driver could not make itself non-dumpable (prctl); a "
+                   "hostile program could tamper with its reports")
+    lost = "timeout" if timed_out else "sandbox_error"
+    results = []
+    for index, case in enumerate(cases):
+        frame = report.frames.get(index)
+        if frame is None:
+            results.append(ExecResult(status=lost, returncode=None, stderr=text))
+        else:
+            results.append(_result(frame, case, limits))
+    return results
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the process group of a sandbox started by this module."""
+    # The run is a session of its own: killing the group reaches setpriv/bwrap or the
+    # fallback's driver; bwrap's PID 1 then dies by PR_SET_PDEATHSIG and takes its PID
+    # namespace with it.
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _remove_tree(path: str) -> None:
+    def make_writable_and_retry(function, target, _error):
+        # A program may have removed write permission from its own directories.
+        try:
+            os.chmod(os.path.dirname(target), 0o700)
+            os.chmod(target, 0o700)
+            function(target)
+        except OSError:
+            pass
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=make_writable_and_retry)
+    else:
+        shutil.rmtree(path, onerror=make_writable_and_retry)
+
+
+_default: Sandbox | None = None
+_default_lock = threading.Lock()
+
+
+def default_sandbox() -> Sandbox:
+    """The process-wide Sandbox with default settings (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Sandbox()
+        return _default
+
+
+def run_cases(
+    source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
+) -> list[ExecResult]:
+    """`default_sandbox().run_cases(...)`: run `source` on each case in one sandbox."""
+    return default_sandbox().run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout)
+
+
+def run_program(source: str, stdin: str | bytes = "", limits: Limits | None = None) -> ExecResult:
+    """`default_sandbox().run_program(...)`: run `source` once with `stdin`."""
+    return default_sandbox().run_program(source, stdin, limits)

@@ -1,0 +1,165 @@
+"""A reusable sandbox: one bubblewrap sandbox that serves programs one after another.
+
+Starting a sandbox (bubblewrap's namespaces and mounts, an interpreter, the driver) is most
+of the cost of running a trivial program. A `SandboxWorker` keeps one sandbox and its driver
+running and sends it one job (a program and its cases) at a time; what each program gets is
+unchanged: fresh forked processes, its own rlimits, a sweep that kills every process it
+left, a private /tmp.
+
+Between two programs the driver empties /tmp; it retires the sandbox (the next job starts a
+fresh one) when /tmp cannot be emptied, when the program left System V IPC objects or keys
+(the kernel objects that outlive processes in the sandbox's namespaces; POSIX message queues
+are disabled by RLIMIT_MSGQUEUE = 0), or when a job hits the harness's deadline. Only the
+bubblewrap backend is reused: without namespaces, leftovers could not be told apart from the
+rest of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import tempfile
+import threading
+import time
+
+from gdpo_nemo.sandbox.limits import Limits
+from gdpo_nemo.sandbox.runner import (
+    Case,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    _parse_frames,
+    collect,
+    job_blob,
+    kill_group,
+    run_deadline,
+)
+
+READ_CHUNK = 1 << 20
+
+
+class SandboxWorker:
+    """One long-lived bubblewrap sandbox running jobs in turn. Not thread-safe: give each
+    thread its own (SandboxPool does).
+
+    sandbox: the Sandbox whose settings (interpreter, uid) it uses; must use bubblewrap.
+    tmp_bytes: size of the sandbox's /tmp, fixed for its life (jobs asking another size run
+        in a one-off sandbox instead).
+    """
+
+    def __init__(self, sandbox: Sandbox, tmp_bytes: int):
+        if sandbox.active_backend != "bwrap":
+            raise ValueError("only bubblewrap sandboxes can be reused; this Sandbox falls back to rlimits")
+        self.sandbox = sandbox
+        self.tmp_bytes = tmp_bytes
+        self._isolation = sandbox._get_isolation()
+        self._launch = self._isolation.launch(tmp_bytes, None)
+        self._process: subprocess.Popen | None = None
+        self._stderr = None
+        self.started = 0  # sandboxes started over this worker's life
+        self._lock = threading.Lock()
+
+    def run_cases(
+        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
+    ) -> list[ExecResult]:
+        """Like `Sandbox.run_cases`, in this worker's sandbox (started on first use, and
+        again after it retired)."""
+        limits = Limits() if limits is None else limits
+        if not isinstance(source, str):
+            raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
+        cases = list(cases)
+        if not cases:
+            return []
+        if limits.tmp_bytes != self.tmp_bytes:
+            return self.sandbox.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout)
+        blob = job_blob(self._isolation, self._launch, source, cases, limits, stop_on_timeout)
+        with self._lock:
+            return self._exchange(blob, cases, limits)
+
+    def _start(self) -> None:
+        self._stderr = tempfile.TemporaryFile()  # never blocks the driver, read on failure
+        try:
+            self._process = subprocess.Popen(
+                self._launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                env=self._launch.env, close_fds=True, start_new_session=True,
+            )
+        except OSError as err:
+            raise SandboxError(f"cannot start {self._launch.argv[0]}: {err}") from err
+        self.started += 1
+
+    def _exchange(self, blob: bytes, cases: list[Case], limits: Limits) -> list[ExecResult]:
+        for attempt in range(2):
+            fresh = self._process is None or self._process.poll() is not None
+            if fresh:
+                self._stop()
+                self._start()
+            # A fresh sandbox first gets the driver's code (see isolation._BOOTSTRAP).
+            sent = self._send((self._launch.stdin_prefix if fresh else b"") + blob)
+            if sent:
+                output, timed_out, ended = self._read_report(run_deadline(cases, limits), len(cases))
+                report = _parse_frames(output, len(cases))
+            if not sent or (not report.started and not fresh):
+                # The sandbox ended between two jobs (killed from outside): start a new one
+                # and send the job again, once.
+                stderr = self._stop()
+                if attempt:
+                    raise SandboxError(f"the sandbox could not take a job: {stderr.decode('utf-8', 'replace')[-2000:]}")
+                continue
+            stderr = b""
+            if timed_out or ended or not report.done or report.retiring:
+                stderr = self._stop()
+            return collect(report, cases, limits, timed_out, stderr, None)
+        raise AssertionError("unreachable")
+
+    def _send(self, data: bytes) -> bool:
+        try:
+            self._process.stdin.write(data)
+            self._process.stdin.flush()
+            return True
+        except OSError:
+            return False
+
+    def _read_report(self, deadline: float, count: int) -> tuple[bytes, bool, bool]:
+        """(driver output of one job, harness deadline passed?, driver ended?)."""
+        fd = self._process.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        until = time.monotonic() + deadline
+        output = bytearray()
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return bytes(output), True, False
+            if not poller.poll(int(left * 1000) + 1):
+                continue
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                return bytes(output), False, True
+            output += chunk
+            # The DONE line is the last thing a job writes; parse only when it may be there.
+            if output.endswith(b"\n") and b"DONE " in output[-8:]:
+                if _parse_frames(bytes(output), count).done:
+                    return bytes(output), False, False
+
+    def _stop(self) -> bytes:
+        """End the sandbox now; its stderr (driver or bwrap diagnostics)."""
+        process, self._process = self._process, None
+        if process is None:
+            return b""
+        kill_group(process)
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        process.wait()
+        self._stderr.seek(0)
+        text = self._stderr.read()[-4000:]
+        self._stderr.close()
+        return text
+
+    def close(self) -> None:
+        """Stop the sandbox (a later job would start a new one)."""
+        with self._lock:
+            self._stop()

@@ -1,0 +1,40 @@
+"""Fixtures and limits shared by the sandbox and code-reward tests (imported by them)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gdpo_nemo.sandbox import Limits, Sandbox, SandboxPool
+
+# Small limits keep hostile programs cheap: this machine is shared with other people.
+SMALL = Limits(
+    cpu_seconds=1,
+    wall_seconds=2,
+    memory_bytes=256 << 20,
+    max_processes=8,
+    max_file_bytes=4 << 20,
+    max_output_bytes=256 << 10,
+    tmp_bytes=8 << 20,
+)
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap (Debian package `bubblewrap`), which CI installs"
+)
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Sandbox:
+    """The bubblewrap sandbox; fails (does not skip) if bwrap is installed but broken."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (Debian package `bubblewrap`), which CI installs")
+    box = Sandbox(backend="bwrap")
+    assert box.active_backend == "bwrap"
+    return box
+
+
+@pytest.fixture(scope="session")
+def pool(sandbox: Sandbox):
+    with SandboxPool(workers=4, sandbox=sandbox, limits=SMALL) as running:
+        yield running

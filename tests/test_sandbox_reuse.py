@@ -1,0 +1,101 @@
+"""Specification of reused sandboxes (gdpo_nemo.sandbox.SandboxWorker, SandboxPool(reuse=True)):
+one sandbox serves program after program, and no program finds a trace of the one before."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from sandbox_support import SMALL, sandbox  # noqa: F401  (fixtures)
+
+from gdpo_nemo.sandbox import Case, Limits, SandboxPool, SandboxWorker
+
+LIST_TMP = "import os\nprint(sorted(os.listdir('/tmp')))"
+# PIDs other than the driver (1) and the program itself.
+OTHER_PIDS = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())))"
+SYSV_SHM = "import ctypes\nprint(ctypes.CDLL(None).shmget(4321, 4096, 0o1600) >= 0)"  # IPC_CREAT | 0600
+SYSV_LIST = "print(open('/proc/sysvipc/shm').read().count('\\n'))"
+
+
+@pytest.fixture
+def worker(sandbox):
+    kept = SandboxWorker(sandbox, SMALL.tmp_bytes)
+    yield kept
+    kept.close()
+
+
+def run(worker, source, stdin="", limits=SMALL):
+    [result] = worker.run_cases(source, [Case(stdin=stdin)], limits)
+    return result
+
+
+def test_one_sandbox_serves_many_programs(worker):
+    outputs = [run(worker, "print(int(input()) + 1)", f"{k}\n").stdout for k in range(5)]
+    assert outputs == ["1\n", "2\n", "3\n", "4\n", "5\n"]
+    assert worker.started == 1
+
+
+def test_files_a_program_leaves_are_gone_for_the_next(worker):
+    run(worker, "import os\nos.makedirs('a/b')\nopen('a/b/f', 'w').write('x')\nopen('/tmp/g', 'w').write('y')\nos.chmod('a', 0)")
+    assert run(worker, LIST_TMP).stdout == "['main.py']\n"
+    assert worker.started == 1
+
+
+def test_a_daemon_is_gone_before_the_next_program(worker):
+    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('left one')"
+    assert run(worker, daemon).status == "stray_process"
+    assert run(worker, OTHER_PIDS).stdout == "[]\n"
+
+
+def test_system_v_ipc_left_behind_retires_the_sandbox(worker):
+    assert run(worker, SYSV_SHM).stdout == "True\n"
+    assert run(worker, SYSV_LIST).stdout == "1\n"  # the header line only: a fresh IPC namespace
+    assert worker.started == 2
+
+
+def test_posix_message_queues_cannot_be_created(worker):
+    source = "import ctypes, os\nprint(ctypes.CDLL(None).mq_open(b'/q', os.O_CREAT | os.O_RDWR, 0o600, None))"
+    assert run(worker, source).stdout == "-1\n"
+
+
+def test_a_timeout_does_not_retire_the_sandbox(worker):
+    assert run(worker, "while True:\n    pass").status == "timeout"
+    assert run(worker, "print('next')").stdout == "next\n"
+    assert worker.started == 1
+
+
+def test_each_program_gets_the_limits_of_its_own_job(worker):
+    small, large = Limits(memory_bytes=64 << 20, tmp_bytes=SMALL.tmp_bytes), Limits(memory_bytes=512 << 20, tmp_bytes=SMALL.tmp_bytes)
+    allocate = "x = bytearray(200 << 20)\nprint('ok')"
+    assert [run(worker, allocate, limits=lim).status for lim in (small, large, small)] == ["memory_limit", "ok", "memory_limit"]
+
+
+def test_a_job_asking_for_another_tmp_size_runs_in_a_sandbox_of_its_own(worker):
+    source = "import os\nst = os.statvfs('/tmp')\nprint(st.f_blocks * st.f_frsize >> 20)"
+    assert run(worker, source, limits=Limits(tmp_bytes=16 << 20)).stdout == "16\n"
+    assert worker.started == 0
+
+
+def test_the_pool_reuses_sandboxes_and_reports_like_fresh_ones(sandbox):
+    jobs = [(OTHER_PIDS, [Case()]), (LIST_TMP, [Case()]), ("import os\nprint(os.getuid(), os.getppid())", [Case()])] * 4
+    with SandboxPool(workers=2, sandbox=sandbox, limits=SMALL) as reused, SandboxPool(
+        workers=2, sandbox=sandbox, limits=SMALL, reuse=False
+    ) as fresh:
+        assert [r[0].stdout for r in reused.run_many(jobs)] == [r[0].stdout for r in fresh.run_many(jobs)]
+        assert sum(worker.started for worker in reused._kept) == 2
+
+
+def test_the_pool_passes_call_and_check_cases_through(sandbox):
+    with SandboxPool(workers=1, sandbox=sandbox, limits=SMALL) as reused:
+        [results] = reused.run_many([("def f(x):\n    return [x, x]", [Case(call="f", args=[3]), Case(check="assert f(1) == [1, 1]")])])
+    assert (json.loads(results[0].value), results[1].value) == ([3, 3], "pass")
+
+
+def test_a_sandbox_that_died_between_jobs_is_replaced(worker):
+    assert run(worker, "print(1)").stdout == "1\n"
+    os.killpg(worker._process.pid, signal.SIGKILL)  # as the OOM killer or an operator would
+    worker._process.wait()
+    assert run(worker, "print(2)").stdout == "2\n"
+    assert worker.started == 2
