@@ -1,0 +1,120 @@
+"""`gdpo-nemo config`: show a composed run config, list the paper's experiments.
+
+    gdpo-nemo config show task=toolcall model=qwen2.5-1.5b-instruct algo=gdpo [cluster=nemo_1n8g]
+                          [seed=3] [experiment=toolcall] [grpo.max_num_steps=10 +key=value ...]
+    gdpo-nemo config list               # experiments and the options of each config group
+    gdpo-nemo config list toolcall      # the runs of one experiment
+
+`show` prints the resolved YAML (NeMo RL keys + gdpo block) after validation; any
+`key=value` that is not task/model/algo/cluster/seed/experiment is a Hydra override. The
+YAML is what `python -m gdpo_nemo.engines.nemo.run --config FILE` and `gdpo-nemo train
+--config FILE` take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+CHOICE_KEYS = ("task", "model", "algo", "cluster", "seed", "experiment")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `config` subcommand's arguments (no heavy imports)."""
+    actions = parser.add_subparsers(dest="config_action", metavar="ACTION")
+    show = actions.add_parser(
+        "show",
+        help="print the resolved run config of task=... model=... algo=...",
+        description="Compose, validate and print one run config as YAML.",
+    )
+    show.add_argument(
+        "items",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="task=, model=, algo= (required), cluster= (default local), seed= (default 42),"
+        " experiment= (default adhoc), then Hydra overrides such as grpo.max_num_steps=10",
+    )
+    show.add_argument("--output", "-o", metavar="FILE", help="write the YAML to FILE instead of stdout")
+    listing = actions.add_parser(
+        "list",
+        help="list the paper's experiments (or the runs of one)",
+        description="List experiments/*.yaml with their descriptions and the config group options,"
+        " or, given an experiment name, its runs.",
+    )
+    listing.add_argument("experiment", nargs="?", help="an experiment name: list its runs")
+
+
+def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
+    choices: dict = {}
+    overrides: list[str] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not KEY=VALUE (e.g. task=toolcall or grpo.max_num_steps=10)")
+        if key in CHOICE_KEYS:
+            choices[key] = value
+        else:
+            overrides.append(item)
+    missing = [key for key in ("task", "model", "algo") if key not in choices]
+    if missing:
+        from gdpo_nemo.config_compose import group_options
+
+        hints = "; ".join(f"{key}= one of {group_options(key)}" for key in missing)
+        raise ValueError(f"config show needs {', '.join(k + '=' for k in missing)}: {hints}")
+    if "seed" in choices:
+        if not choices["seed"].isdigit():
+            raise ValueError(f"seed={choices['seed']!r} must be a non-negative int")
+        choices["seed"] = int(choices["seed"])
+    return choices, overrides
+
+
+def _show(args: argparse.Namespace) -> int:
+    from gdpo_nemo import config_compose
+
+    choices, overrides = _parse_show_items(args.items)
+    config = config_compose.compose(
+        choices["task"],
+        choices["model"],
+        choices["algo"],
+        cluster=choices.get("cluster", "local"),
+        seed=choices.get("seed", 42),
+        experiment=choices.get("experiment", "adhoc"),
+        overrides=overrides,
+    )
+    text = config_compose.dump(config)
+    if args.output:
+        with open(args.output, "w") as handle:
+            handle.write(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from gdpo_nemo import config_compose
+
+    if args.experiment:
+        for spec in config_compose.load_experiment(args.experiment):
+            extra = f"  [{' '.join(spec.overrides)}]" if spec.overrides and args.experiment != "smoke" else ""
+            print(f"{spec.run_id.name}  task={spec.task} model={spec.model} algo={spec.algo} cluster={spec.cluster}{extra}")
+        return 0
+    experiments = config_compose.list_experiments()
+    width = max((len(name) for name in experiments), default=0)
+    print("experiments (gdpo-nemo config list NAME shows the runs):")
+    for name, description in experiments.items():
+        print(f"  {name:<{width}}  {description}")
+    print("config groups (configs/):")
+    for group in config_compose.GROUPS:
+        print(f"  {group}: {', '.join(config_compose.group_options(group))}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `config show` or `config list`; bad input raises ValueError (exit code 2)."""
+    action = getattr(args, "config_action", None)
+    if action == "show":
+        return _show(args)
+    if action == "list":
+        return _list(args)
+    raise ValueError("config needs an action: show or list (gdpo-nemo config --help)")

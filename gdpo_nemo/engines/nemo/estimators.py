@@ -1,0 +1,164 @@
+"""gdpo_nemo's estimators behind NeMo RL's advantage-estimator interface.
+
+NeMo RL (pinned commit) builds its estimator in ``nemo_rl.algorithms.grpo.
+_create_advantage_estimator(master_config)`` from ``grpo.adv_estimator.name`` and calls,
+once per step::
+
+    advantages = estimator.compute_advantage(
+        prompt_ids=...,          # Tensor[B, L]: each sample's padded prompt token ids
+        rewards=...,             # Tensor[B]: total_reward (the sum of the components)
+        mask=...,                # Tensor[B, T]: response-token mask x sample mask
+        repeated_batch=...,      # the batch, with one Tensor[B] per "reward/<name>" key
+        logprobs_policy=..., logprobs_reference=...,
+    )                            # -> Tensor[B, T]
+
+It knows grpo, gdpo, reinforce_plus_plus and opd. `AdvantageEstimator` adds what it lacks:
+``gdpo_no_bn`` (the paper's ablation), and every gdpo block NeMo RL's grpo/gdpo cannot
+express (weighted GRPO, token-level batch norm, the TRL/verl presets, NaN rewards left out
+of the statistics; see ``config_compose.needs_our_estimator``). It reads the run config's
+gdpo block and computes with ``gdpo_nemo.advantages.compute_advantages``;
+`create_estimator` is the replacement for ``_create_advantage_estimator`` that
+``plugin.install_hooks`` puts in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.collapse import distinct_advantage_groups
+from gdpo_nemo.config_compose import ENV_NAMES, OUR_ADV_ESTIMATORS, needs_our_estimator
+from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX
+
+__all__ = ["AdvantageEstimator", "EstimatorSettings", "create_estimator", "group_ids_from_prompts", "reward_components", "section"]
+
+
+def section(config: Any, name: str, default=None):
+    """`config[name]` for a dict, or the attribute / pydantic extra field `name` of NeMo RL's
+    MasterConfig (its ``gdpo`` block is an extra field)."""
+    if isinstance(config, Mapping):
+        return config.get(name, default)
+    if hasattr(config, name):
+        return getattr(config, name)
+    extra = getattr(config, "model_extra", None) or {}
+    return extra.get(name, default)
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """The gdpo block's estimator options (docs/interfaces.md, "Run config")."""
+
+    estimator: str
+    components: tuple[str, ...]
+    preset: str | None = "nemo_rl"
+    reward_weights: Mapping[str, float] | None = None
+    leave_one_out: bool = False
+    std_ddof: int = 1
+    eps: float = 1e-6
+    batch_norm: str = "sample"
+
+    @classmethod
+    def from_gdpo(cls, gdpo: Mapping) -> "EstimatorSettings":
+        """Settings from a (validated) gdpo block."""
+        return cls(
+            estimator=gdpo["estimator"],
+            components=tuple(gdpo["reward_components"]),
+            preset=gdpo.get("preset"),
+            reward_weights=dict(gdpo["reward_weights"]) if gdpo.get("reward_weights") else None,
+            leave_one_out=bool(gdpo.get("leave_one_out", False)),
+            std_ddof=int(gdpo.get("std_ddof", 1)),
+            eps=float(gdpo.get("eps", 1e-6)),
+            batch_norm=gdpo.get("batch_norm", "sample"),
+        )
+
+    def advantages(self, components: Mapping[str, Tensor], group_ids: Tensor, token_mask: Tensor | None = None) -> Tensor:
+        """Tensor[B] advantages of named components (compute_advantages with these options);
+        `token_mask` [B, T] is used only for batch_norm "token"."""
+        return compute_advantages(
+            dict(components),
+            group_ids,
+            self.estimator,
+            preset=self.preset,
+            reward_weights=self.reward_weights,
+            leave_one_out=self.leave_one_out,
+            std_ddof=self.std_ddof,
+            eps=self.eps,
+            token_mask=token_mask if self.batch_norm == "token" else None,
+        )
+
+
+def group_ids_from_prompts(prompt_ids: Tensor) -> Tensor:
+    """Tensor[B] group id per sample: samples with identical prompt token rows share a group
+    (NeMo RL groups the same way). `prompt_ids`: Tensor[B, L] (or Tensor[B])."""
+    prompt_ids = torch.as_tensor(prompt_ids)
+    if prompt_ids.dim() == 1:
+        prompt_ids = prompt_ids.unsqueeze(-1)
+    _, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+    return inverse
+
+
+def reward_components(batch: Mapping, expected: Sequence[str] | None = None) -> dict[str, Tensor]:
+    """{name: float Tensor[B]} of the batch's "reward/<name>" keys, sorted by name.
+
+    With `expected` (the gdpo block's components) the names must match exactly: a missing
+    or unexpected component is a ValueError naming both lists.
+    """
+    found = {key[len(REWARD_PREFIX):]: key for key in sorted(k for k in batch.keys() if isinstance(k, str) and k.startswith(REWARD_PREFIX))}
+    if expected is not None and set(found) != set(expected):
+        raise ValueError(
+            f"the rollout batch has reward components {sorted(found)} but gdpo.reward_components is"
+            f" {list(expected)}: the environment and the gdpo block disagree"
+        )
+    return {name: torch.as_tensor(batch[key]).to(torch.float64).reshape(-1) for name, key in found.items()}
+
+
+class AdvantageEstimator:
+    """NeMo RL's estimator interface over gdpo_nemo.advantages.
+
+    After each call `last_metrics` holds {"adv/distinct_groups": int} (NeMo RL's async
+    trainer logs an estimator's last_metrics; the sync trainer gets the same number from
+    the rollout hook).
+    """
+
+    def __init__(self, settings: EstimatorSettings):
+        self.settings = settings
+        self.last_metrics: dict[str, float] = {}
+
+    def compute_advantage(self, prompt_ids, rewards, mask, repeated_batch=None, **kwargs) -> Tensor:
+        """Advantages Tensor[B, T] (constant over each sample's tokens).
+
+        prompt_ids: Tensor[B, L] prompt tokens (the groups). rewards: Tensor[B] total reward
+        (unused: the components are read from `repeated_batch`). mask: Tensor[B, T] response
+        tokens (sets the output shape; token-level batch norm weights samples by it).
+        """
+        if repeated_batch is None:
+            raise ValueError("gdpo_nemo's estimator needs repeated_batch with the reward/<name> components")
+        components = reward_components(repeated_batch, self.settings.components)
+        group_ids = group_ids_from_prompts(torch.as_tensor(prompt_ids).cpu())
+        mask = torch.as_tensor(mask)
+        advantages = self.settings.advantages(components, group_ids, token_mask=mask.detach().cpu())
+        self.last_metrics = {"adv/distinct_groups": distinct_advantage_groups(advantages, group_ids)}
+        return advantages.to(device=mask.device, dtype=torch.float32).unsqueeze(-1).expand(mask.shape).clone()
+
+
+def create_estimator(master_config: Any, original: Callable[[Any], Any]):
+    """Replacement for NeMo RL's ``_create_advantage_estimator``: ours for
+    grpo.adv_estimator.name "gdpo_no_bn" and for any gdpo block NeMo RL cannot express;
+    NeMo RL's own (`original`) otherwise."""
+    name = section(section(section(master_config, "grpo"), "adv_estimator"), "name")
+    gdpo = section(master_config, "gdpo")
+    if not isinstance(gdpo, Mapping):
+        if name in OUR_ADV_ESTIMATORS:
+            raise ValueError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
+        return original(master_config)
+    env = section(master_config, "env") or {}
+    ours = {key: block for key, block in dict(env).items() if key in ENV_NAMES.values() and isinstance(block, Mapping)}
+    if name not in OUR_ADV_ESTIMATORS and not needs_our_estimator(gdpo, ours):
+        return original(master_config)
+    settings = EstimatorSettings.from_gdpo(gdpo)
+    print(f"  ✓ Using gdpo_nemo advantage estimator {settings.estimator!r} (grpo.adv_estimator.name={name!r})")
+    return AdvantageEstimator(settings)

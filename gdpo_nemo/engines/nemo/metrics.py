@@ -1,0 +1,197 @@
+"""Per-component reward metrics and collapse diagnostics for NeMo RL rollouts; metrics.jsonl.
+
+NeMo RL logs only aggregates of ``total_reward`` (the component sum), and its
+``validation/accuracy`` is the mean of that sum on multi-reward environments. The rollout
+hook (``plugin.install_hooks``) adds, from the rollout batch's ``reward/<name>`` tensors:
+
+- ``reward/<name>``: mean of each component (logged as ``train/reward/<name>`` and
+  ``validation/reward/<name>``), NaN values left out;
+- ``adv/zero_std_frac/<name>``: share of prompt groups in which the component is constant;
+- ``adv/distinct_groups``: distinct sorted advantage tuples among the batch's groups under
+  the run's estimator (paper Fig. 2-3 at batch level; see gdpo_nemo.collapse).
+
+The group diagnostics need groups of >= 2 samples; they are left out otherwise (validation
+with one generation per prompt).
+
+`StepMetricsWriter` mirrors every ``Logger.log_metrics`` call into ``<run dir>/metrics.jsonl``
+(docs/interfaces.md, "Run dir"), merging the calls of one step into one record.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, reward_components
+
+__all__ = ["StepMetricsWriter", "ValidationCollector", "batch_group_ids", "component_metrics", "latest_checkpoint_step"]
+
+
+def batch_group_ids(batch: Mapping) -> Tensor | None:
+    """Tensor[B] prompt group of each sample of a rollout batch, or None if unknown.
+
+    NeMo RL repeats each prompt's datum (with its ``idx``) once per generation, so samples
+    of one prompt share ``idx``; without ``idx``, identical first-message token ids group.
+    """
+    if "idx" in batch:
+        return torch.as_tensor([int(i) for i in batch["idx"]], dtype=torch.long)
+    logs = batch.get("message_log")
+    if not logs:
+        return None
+    keys: dict = {}
+    ids = []
+    for log in logs:
+        first = log[0] if log else {}
+        tokens = first.get("token_ids")
+        key = tuple(torch.as_tensor(tokens).tolist()) if tokens is not None else str(first.get("content"))
+        ids.append(keys.setdefault(key, len(keys)))
+    return torch.as_tensor(ids, dtype=torch.long)
+
+
+def _groups_of_two_or_more(group_ids: Tensor | None) -> bool:
+    if group_ids is None or group_ids.numel() == 0:
+        return False
+    _, counts = torch.unique(group_ids, return_counts=True)
+    return bool((counts >= 2).all())
+
+
+def component_metrics(
+    components: Mapping[str, Tensor],
+    group_ids: Tensor | None,
+    settings: EstimatorSettings | None,
+) -> dict[str, float]:
+    """{"reward/<name>": mean, "adv/zero_std_frac/<name>": share, "adv/distinct_groups": n}.
+
+    components: {name: Tensor[B]}. group_ids: Tensor[B] or None. settings: the run's
+    estimator (for distinct_groups), or None to skip it.
+    """
+    metrics: dict[str, float] = {}
+    for name, values in components.items():
+        values = torch.as_tensor(values, dtype=torch.float64)
+        valid = values[~torch.isnan(values)]
+        metrics[f"reward/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
+    if not components or not _groups_of_two_or_more(group_ids):
+        return metrics
+    for name, share in zero_std_fraction(dict(components), group_ids).items():
+        metrics[f"adv/zero_std_frac/{name}"] = share
+    if settings is not None:
+        advantages = settings.advantages(components, group_ids)
+        metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
+    return metrics
+
+
+def rollout_metrics(batch: Mapping, settings: EstimatorSettings | None) -> dict[str, float]:
+    """`component_metrics` of one rollout batch (empty if it carries no reward/<name> keys)."""
+    components = reward_components(batch)
+    if not components:
+        return {}
+    return component_metrics(components, batch_group_ids(batch), settings)
+
+
+class ValidationCollector:
+    """Gathers the reward components of every validation batch; `summary()` gives the
+    metrics over all of them (group ids are offset per batch so groups never merge)."""
+
+    def __init__(self, settings: EstimatorSettings | None):
+        self.settings = settings
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the batches seen so far."""
+        self._parts: dict[str, list[Tensor]] = {}
+        self._groups: list[Tensor] = []
+        self._grouped = True
+        self._offset = 0
+
+    def add(self, batch: Mapping) -> None:
+        """Keep one validation rollout batch's components and groups."""
+        components = reward_components(batch)
+        if not components:
+            return
+        for name, values in components.items():
+            self._parts.setdefault(name, []).append(values)
+        groups = batch_group_ids(batch)
+        if groups is None:
+            self._grouped = False
+            return
+        _, dense = torch.unique(groups, return_inverse=True)
+        self._groups.append(dense + self._offset)
+        self._offset += int(dense.max()) + 1 if dense.numel() else 0
+
+    def summary(self) -> dict[str, float]:
+        """Metrics over every batch added since the last reset."""
+        if not self._parts:
+            return {}
+        components = {name: torch.cat(parts) for name, parts in self._parts.items()}
+        groups = torch.cat(self._groups) if self._grouped and self._groups else None
+        return component_metrics(components, groups, self.settings)
+
+
+def _scalar(value) -> bool:
+    if isinstance(value, (bool, int, float)):
+        return True
+    if isinstance(value, Tensor):
+        return value.numel() == 1
+    return hasattr(value, "item") and getattr(value, "size", 2) == 1
+
+
+def latest_checkpoint_step(checkpoint_dir) -> int | None:
+    """The largest N of the ``step_<N>`` folders NeMo RL saved in `checkpoint_dir`, or None."""
+    folder = Path(checkpoint_dir)
+    steps = [int(p.name[5:]) for p in folder.glob("step_*") if p.is_dir() and p.name[5:].isdigit()] if folder.is_dir() else []
+    return max(steps) if steps else None
+
+
+class StepMetricsWriter:
+    """Writes NeMo RL's logged metrics to ``<run_dir>/metrics.jsonl``, one record per step.
+
+    `log(metrics, step, prefix)` takes what ``Logger.log_metrics`` gets; scalar values are
+    kept as ``<prefix>/<key>``, the rest (histograms, tables) skipped; calls for the same
+    step are merged, and a record is written when a later step arrives or at `close`.
+    Prefixes in `skip_prefixes` (Ray GPU monitoring, which counts its own steps) are not
+    recorded. `resume_step`: keep existing records up to that step (NeMo RL resumed from
+    that checkpoint), None to start a fresh file.
+    """
+
+    def __init__(self, run_dir, *, resume_step: int | None = None, skip_prefixes: tuple[str, ...] = ("ray",)):
+        from gdpo_nemo.tracking import Tracker
+
+        self._tracker = Tracker(run_dir, wandb_enabled=False, resume_step=resume_step)
+        self._skip = skip_prefixes
+        self._step: int | None = None
+        self._record: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._tracker.path
+
+    def log(self, metrics: Mapping, step: int, prefix: str = "") -> None:
+        """Add one log call's scalar metrics to the record of `step`."""
+        if prefix and any(prefix == p or prefix.startswith(p + "/") for p in self._skip):
+            return
+        with self._lock:
+            if self._step is not None and step != self._step:
+                self._flush()
+            self._step = int(step)
+            for key, value in metrics.items():
+                if _scalar(value):
+                    name = f"{prefix}/{key}" if prefix else str(key)
+                    self._record[name] = value.item() if hasattr(value, "item") else value
+
+    def _flush(self) -> None:
+        if self._step is not None and self._record:
+            self._tracker.log(self._record, self._step)
+        self._record = {}
+
+    def close(self) -> None:
+        """Write the last step's record and close the file."""
+        with self._lock:
+            self._flush()
+            self._step = None
+            self._tracker.close()

@@ -1,0 +1,199 @@
+"""Registering gdpo_nemo with NeMo RL, and the hooks that add what NeMo RL lacks.
+
+`register(config)` (called by ``run.py`` in the driver process before NeMo RL's GRPO
+starts) does, against the pinned commit's APIs:
+
+1. environments: ``register_env("gdpo_<task>", ACTOR_FQN)`` for the four tasks
+   (``nemo_rl.environments.utils``) and ``ACTOR_ENVIRONMENT_REGISTRY[ACTOR_FQN] =
+   PY_EXECUTABLES.SYSTEM`` (``nemo_rl.distributed.ray_actor_environment_registry``): without
+   the second, ``create_env`` refuses to start the actor;
+2. data processors: ``register_processor("gdpo_<task>", fn)`` (``nemo_rl.data.processors``);
+3. hooks, by replacing module attributes of ``nemo_rl.algorithms.grpo`` (its trainer looks
+   them up at call time; no NeMo RL file is changed):
+   - ``_create_advantage_estimator``: our estimators for ``gdpo_no_bn`` / ``gdpo_nemo``;
+   - ``run_multi_turn_rollout`` and ``run_async_multi_turn_rollout``: per-component reward
+     means and collapse diagnostics added to the rollout metrics (logged as ``train/...``);
+     during validation the batches are collected instead;
+   - ``validate``: adds the collected ``reward/<name>`` and diagnostics to the validation
+     metrics (logged as ``validation/...``);
+   - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl``;
+   - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
+     ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
+   - ``nemo_rl.utils.logger.get_next_experiment_dir``: keeps ``logger.log_dir`` as the run
+     dir (NeMo RL would add ``exp_<N>/``), so both engines share one run-dir layout.
+
+The wrappers (`wrap_rollout`, `wrap_validate`, `wrap_log_metrics`) take the original
+function as an argument and are tested without NeMo RL.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from gdpo_nemo.config_compose import ENV_NAMES
+from gdpo_nemo.engines.nemo.data import PROCESSORS
+from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
+from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, create_estimator
+from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, rollout_metrics
+
+__all__ = [
+    "HookState",
+    "install_hooks",
+    "register",
+    "register_environments",
+    "register_processors",
+    "wrap_log_metrics",
+    "wrap_rollout",
+    "wrap_validate",
+    "watch_timeout",
+]
+
+_MARK = "__gdpo_nemo_hook__"
+
+
+@dataclass
+class HookState:
+    """What the hooks share: the run's estimator settings, the validation collector, whether
+    a validation is running, and the metrics.jsonl writer (None: no file)."""
+
+    settings: EstimatorSettings | None
+    collector: ValidationCollector = field(init=False)
+    in_validation: bool = False
+    writer: StepMetricsWriter | None = None
+    timed_out: bool = False  # NeMo RL stopped early at checkpointing.checkpoint_must_save_by
+
+    def __post_init__(self):
+        self.collector = ValidationCollector(self.settings)
+
+
+def _mark(wrapper: Callable, original: Callable) -> Callable:
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, _MARK, original)
+    return wrapper
+
+
+def wrap_rollout(original: Callable, state: HookState) -> Callable:
+    """A rollout function returning (batch, metrics) that also reports our metrics.
+
+    Training: `metrics` gains reward/<name>, adv/zero_std_frac/<name>, adv/distinct_groups.
+    Validation (state.in_validation): the batch goes to state.collector instead.
+    """
+
+    def rollout(*args, **kwargs):
+        batch, metrics = original(*args, **kwargs)
+        if state.in_validation:
+            state.collector.add(batch)
+        else:
+            metrics = dict(metrics)
+            metrics.update(rollout_metrics(batch, state.settings))
+        return batch, metrics
+
+    return _mark(rollout, original)
+
+
+def wrap_validate(original: Callable, state: HookState) -> Callable:
+    """NeMo RL's ``validate`` returning (val_metrics, timings), with the collected
+    per-component metrics merged into val_metrics."""
+
+    def validate(*args, **kwargs):
+        state.collector.reset()
+        state.in_validation = True
+        try:
+            val_metrics, timings = original(*args, **kwargs)
+        finally:
+            state.in_validation = False
+        if isinstance(val_metrics, dict):
+            val_metrics = {**val_metrics, **state.collector.summary()}
+        return val_metrics, timings
+
+    return _mark(validate, original)
+
+
+def wrap_log_metrics(original: Callable, writer: StepMetricsWriter) -> Callable:
+    """``Logger.log_metrics(self, metrics, step, prefix="", ...)`` that also feeds `writer`."""
+
+    def log_metrics(self, metrics, step, prefix="", *args, **kwargs):
+        result = original(self, metrics, step, prefix, *args, **kwargs)
+        writer.log(metrics, step, prefix or "")
+        return result
+
+    return _mark(log_metrics, original)
+
+
+def watch_timeout(checker_cls: type, state: HookState) -> type:
+    """NeMo RL's TimeoutChecker, recording in `state.timed_out` when it asks the trainer to
+    save and stop (so the run is not marked DONE)."""
+
+    class WatchedTimeoutChecker(checker_cls):
+        def check_save(self, *args, **kwargs):
+            due = super().check_save(*args, **kwargs)
+            if due:
+                state.timed_out = True
+            return due
+
+    setattr(WatchedTimeoutChecker, _MARK, checker_cls)
+    return WatchedTimeoutChecker
+
+
+def _unwrapped(fn: Callable) -> Callable:
+    while hasattr(fn, _MARK):
+        fn = getattr(fn, _MARK)
+    return fn
+
+
+def register_environments() -> None:
+    """NeMo RL's env registry and actor-environment registry entries for our envs."""
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+    from nemo_rl.environments.utils import ENV_REGISTRY, register_env
+
+    for name in ENV_NAMES.values():
+        if name not in ENV_REGISTRY:
+            register_env(name, ACTOR_FQN)
+        elif ENV_REGISTRY[name].get("actor_class_fqn") != ACTOR_FQN:
+            raise ValueError(f"NeMo RL env {name!r} is registered to {ENV_REGISTRY[name]!r}, not gdpo_nemo's actor")
+    ACTOR_ENVIRONMENT_REGISTRY[ACTOR_FQN] = PY_EXECUTABLES.SYSTEM
+
+
+def register_processors() -> None:
+    """NeMo RL's processor registry entries gdpo_<task> -> our processors."""
+    from nemo_rl.data.processors import PROCESSOR_REGISTRY, register_processor
+
+    for name, fn in PROCESSORS.items():
+        if name not in PROCESSOR_REGISTRY:
+            register_processor(name, fn)
+
+
+def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -> HookState:
+    """Put the wrappers in place in NeMo RL's modules (idempotent: wrapping twice re-wraps
+    the original). Returns the shared state."""
+    import nemo_rl.algorithms.grpo as grpo_module
+    import nemo_rl.utils.logger as logger_module
+
+    gdpo = config["gdpo"]
+    state = HookState(settings=EstimatorSettings.from_gdpo(gdpo), writer=writer)
+
+    original_create = _unwrapped(grpo_module._create_advantage_estimator)
+    grpo_module._create_advantage_estimator = _mark(
+        lambda master_config: create_estimator(master_config, original_create), original_create
+    )
+    for name in ("run_multi_turn_rollout", "run_async_multi_turn_rollout"):
+        if hasattr(grpo_module, name):
+            setattr(grpo_module, name, wrap_rollout(_unwrapped(getattr(grpo_module, name)), state))
+    grpo_module.validate = wrap_validate(_unwrapped(grpo_module.validate), state)
+    grpo_module.TimeoutChecker = watch_timeout(_unwrapped(grpo_module.TimeoutChecker), state)
+    if writer is not None:
+        logger_cls = logger_module.Logger
+        logger_cls.log_metrics = wrap_log_metrics(_unwrapped(logger_cls.log_metrics), writer)
+    original_next_dir = _unwrapped(logger_module.get_next_experiment_dir)
+    logger_module.get_next_experiment_dir = _mark(lambda base_log_dir: str(base_log_dir), original_next_dir)
+    return state
+
+
+def register(config: Mapping, *, writer: StepMetricsWriter | None = None) -> HookState:
+    """Everything NeMo RL needs to run a gdpo_nemo config (see the module docstring)."""
+    register_environments()
+    register_processors()
+    return install_hooks(config, writer=writer)

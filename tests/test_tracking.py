@@ -1,0 +1,110 @@
+"""The metrics sink: metrics.jsonl always, W&B online / offline / disabled.
+
+W&B is exercised for real in offline mode (no server): the run file it writes under the
+run dir is read back with W&B's own protobuf records.
+"""
+
+import json
+
+import pytest
+
+from gdpo_nemo.tracking import Tracker, read_metrics, read_wandb_history, wandb_mode
+
+
+def test_each_log_call_appends_one_json_record_with_its_step(tmp_path):
+    with Tracker(tmp_path) as tracker:
+        tracker.log({"train/reward": 0.5, "train/reward/format": 0.25}, step=1)
+        tracker.log({"train/reward": 0.75}, step=2)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"step": 1, "train/reward": 0.5, "train/reward/format": 0.25},
+        {"step": 2, "train/reward": 0.75},
+    ]
+
+
+def test_records_are_on_disk_before_close(tmp_path):
+    # A SIGKILL never runs close(): each record must already be flushed.
+    tracker = Tracker(tmp_path)
+    tracker.log({"train/loss": 1.0}, step=1)
+    assert read_metrics(tmp_path) == [{"step": 1, "train/loss": 1.0}]
+    tracker.close()
+
+
+def test_non_finite_values_are_written_as_null(tmp_path):
+    with Tracker(tmp_path) as tracker:
+        tracker.log({"a": float("nan"), "b": float("inf"), "c": 3}, step=1)
+    assert read_metrics(tmp_path) == [{"step": 1, "a": None, "b": None, "c": 3}]
+
+
+def test_resume_drops_records_after_the_checkpoint_step(tmp_path):
+    with Tracker(tmp_path) as tracker:
+        for step in (1, 2, 3, 4):
+            tracker.log({"x": step}, step=step)
+    with Tracker(tmp_path, resume_step=2) as tracker:
+        tracker.log({"x": 30}, step=3)
+    assert [(r["step"], r["x"]) for r in read_metrics(tmp_path)] == [(1, 1), (2, 2), (3, 30)]
+
+
+def test_a_fresh_run_starts_an_empty_metrics_file(tmp_path):
+    with Tracker(tmp_path) as tracker:
+        tracker.log({"x": 1}, step=1)
+    with Tracker(tmp_path) as tracker:
+        tracker.log({"x": 2}, step=1)
+    assert read_metrics(tmp_path) == [{"step": 1, "x": 2}]
+
+
+def test_a_line_torn_by_a_kill_ends_the_readable_records(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n{"step": 2, "x"')
+    assert read_metrics(tmp_path) == [{"step": 1, "x": 1}]
+
+
+@pytest.mark.parametrize("enabled, env, expected", [
+    (False, {"WANDB_API_KEY": "k"}, "disabled"),
+    (True, {"WANDB_API_KEY": "k"}, "online"),
+    (True, {}, "offline"),
+    (True, {"WANDB_MODE": "disabled", "WANDB_API_KEY": "k"}, "disabled"),
+    (True, {"WANDB_MODE": "offline", "WANDB_API_KEY": "k"}, "offline"),
+])
+def test_wandb_mode_follows_the_switch_and_the_api_key(enabled, env, expected, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert wandb_mode(enabled) == expected
+
+
+def test_offline_wandb_run_in_the_run_dir_holds_the_logged_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with Tracker(tmp_path, config={"grpo": {"seed": 1}}, name="exp__gsm8k__tiny__gdpo__seed1",
+                 group="exp__gsm8k__tiny__gdpo", project="gdpo-nemo-tests", wandb_enabled=True) as tracker:
+        assert tracker.mode == "offline"
+        tracker.log({"train/reward": 0.5, "train/reward/format": 0.25}, step=1)
+        tracker.log({"train/reward": 0.75, "train/adv/distinct_groups": 3}, step=2)
+    files = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    run_id = (tmp_path / "wandb_id").read_text().strip()
+    assert files[0].name == f"run-{run_id}.wandb"
+    rows = read_wandb_history(files[0])
+    logged = [{k: v for k, v in row.items() if not k.startswith("_")} | {"step": row["_step"]} for row in rows]
+    assert logged == [
+        {"step": 1, "train/reward": 0.5, "train/reward/format": 0.25},
+        {"step": 2, "train/reward": 0.75, "train/adv/distinct_groups": 3},
+    ]
+    # metrics.jsonl holds the same records
+    assert read_metrics(tmp_path) == [
+        {"step": 1, "train/reward": 0.5, "train/reward/format": 0.25},
+        {"step": 2, "train/reward": 0.75, "train/adv/distinct_groups": 3},
+    ]
+
+
+def test_resumed_wandb_run_keeps_its_run_id(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with Tracker(tmp_path, wandb_enabled=True) as tracker:
+        tracker.log({"x": 1}, step=1)
+    first_id = (tmp_path / "wandb_id").read_text()
+    with Tracker(tmp_path, wandb_enabled=True, resume_step=1) as tracker:
+        tracker.log({"x": 2}, step=2)
+    assert (tmp_path / "wandb_id").read_text() == first_id
+    assert len(list((tmp_path / "wandb").glob(f"offline-run-*/run-{first_id}.wandb"))) == 2
