@@ -1,0 +1,229 @@
+"""`gdpo-nemo sweep EXPERIMENT --cluster PROFILE [--dry-run | --submit | --status | --cancel]`.
+
+- --dry-run (the default): compose every run, write its config and sbatch script into the
+  sweep dir and print the scripts; submits nothing.
+- --submit: the same, then submit what needs it; safe to repeat (see manifest.py):
+  finished runs are skipped, pending/running ones left alone, failed, cancelled and
+  timed-out ones resubmitted (their job resumes from the latest checkpoint).
+- --status: a table of every run's state from squeue/sacct and the run dirs.
+- --cancel: scancel the sweep's pending and running jobs.
+
+Every check (experiment, profile, filters, configs, Slurm commands on PATH) runs before
+anything is written or submitted; an error exits with status 2 and names the bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from gdpo_nemo.run_id import RunId
+from gdpo_nemo.sweep import manifest as mf
+from gdpo_nemo.sweep import slurm
+from gdpo_nemo.sweep.errors import SlurmError, SweepError
+from gdpo_nemo.sweep.plan import FILTER_KEYS, RunPlan, SweepLayout, parse_filters, plan_sweep, select, write_plans
+from gdpo_nemo.sweep.profiles import ENGINES, ClusterProfile, load_profile
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep command's arguments (cheap: imports no torch)."""
+    parser.add_argument("experiment", help="experiment name (experiments/<name>.yaml)")
+    parser.add_argument(
+        "--cluster",
+        metavar="PROFILE",
+        help="cluster profile: a name from slurm/profiles/ or a path to a profile .yaml"
+        " (required for --dry-run and --submit; --status/--cancel read it from the manifest)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_const", dest="mode", const="dry-run",
+                      help="write and print the sbatch scripts, submit nothing (default)")
+    mode.add_argument("--submit", action="store_const", dest="mode", const="submit",
+                      help="submit runs not finished and not queued; safe to repeat")
+    mode.add_argument("--status", action="store_const", dest="mode", const="status",
+                      help="print each run's state from squeue/sacct and its run dir")
+    mode.add_argument("--cancel", action="store_const", dest="mode", const="cancel",
+                      help="scancel the sweep's pending and running jobs")
+    parser.set_defaults(mode="dry-run")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"restrict to runs with KEY=VALUE, KEY in {', '.join(FILTER_KEYS)};"
+                        " repeat a key to allow several values")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="nemo: NeMo RL through ray.sub; local: gdpo-nemo train"
+                        " (default: each run's cluster config, e.g. smoke -> local, toolcall -> nemo)")
+    parser.add_argument("--sweep-dir", type=Path, default=None,
+                        help="where the sweep's files go (default: sweeps/<experiment> under the current directory)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen mode; 0 on success, 2 on bad input, 1 when a Slurm command fails."""
+    layout = SweepLayout((args.sweep_dir or Path("sweeps") / args.experiment).resolve())
+    try:
+        if args.mode in ("dry-run", "submit"):
+            return _render_and_maybe_submit(args, layout, submit=args.mode == "submit")
+        return _status(args, layout) if args.mode == "status" else _cancel(args, layout)
+    except SweepError as err:
+        print(f"gdpo-nemo sweep: error: {err}", file=sys.stderr)
+        return 2
+    except SlurmError as err:
+        print(f"gdpo-nemo sweep: Slurm error: {err}", file=sys.stderr)
+        return 1
+
+
+def _profile(args: argparse.Namespace) -> ClusterProfile:
+    if not args.cluster:
+        raise SweepError(f"--{args.mode} needs --cluster PROFILE (a name from slurm/profiles/ or a .yaml path)")
+    return load_profile(args.cluster)
+
+
+def _latest_checkpoint(run_dir: Path) -> str | None:
+    """Name of the run's newest checkpoints/step_<N>, None if it has none."""
+    steps = [p for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
+    return max(steps, key=lambda p: int(p.name[5:])).name if steps else None
+
+
+def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, submit: bool) -> int:
+    profile = _profile(args)
+    plans = plan_sweep(args.experiment, profile, layout.root, args.only, engine=args.engine)
+    engines = ",".join(sorted({plan.engine for plan in plans}))
+    if submit and "nemo" in engines and not (Path(str(profile.nemo_rl_dir)) / "ray.sub").is_file():
+        raise SweepError(
+            f"profile {profile.name!r}: nemo_rl_dir {profile.nemo_rl_dir} has no ray.sub;"
+            " point nemo_rl_dir at a NeMo RL checkout (github.com/NVIDIA-NeMo/RL)"
+        )
+    if submit:
+        slurm.require("sbatch", "squeue", action="--submit")
+        unset = [name for name in profile.env if name not in os.environ]
+        if unset:
+            print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
+                  " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
+    if not submit:
+        existing = mf.Manifest.load(layout.manifest)
+        if existing:  # never overwrite the scripts of another profile's or engine's sweep
+            existing.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
+        _write(plans, layout, existing)
+        for plan in plans:
+            print(f"==> {plan.script_path} <==\n{plan.script}")
+        print(f"{len(plans)} run(s) of {args.experiment} rendered into {layout.root} for profile"
+              f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
+        return 0
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with mf.locked(layout.root):
+        manifest = mf.Manifest.load(layout.manifest) or mf.Manifest(layout.manifest, args.experiment, profile.name, engines)
+        manifest.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
+        _write(plans, layout, manifest)
+        # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
+        return _submit(manifest, plans, cwd=Path.cwd())
+
+
+def _write(plans: list[RunPlan], layout: SweepLayout, manifest: mf.Manifest | None) -> None:
+    started = {name for name, record in (manifest.runs.items() if manifest else ()) if record.jobs}
+    for name in write_plans(plans, layout, started):
+        print(
+            f"gdpo-nemo sweep: warning: the config of {name} changed since it was first submitted;"
+            f" keeping {layout.config_path(name)} so the run resumes as it started"
+            " (remove it and the run dir to start the run over with the new config)",
+            file=sys.stderr,
+        )
+
+
+def _submit(manifest: mf.Manifest, plans: list[RunPlan], *, cwd: Path) -> int:
+    """Submit the plans that need it (see manifest.submit_action), recording each job at once."""
+    for plan in plans:
+        record = manifest.runs.setdefault(
+            plan.name, mf.RunRecord(str(plan.run_dir), str(plan.config_path), str(plan.script_path))
+        )
+        record.run_dir, record.config, record.script = str(plan.run_dir), str(plan.config_path), str(plan.script_path)
+    names = [plan.name for plan in plans]
+    _refresh(manifest, names)
+    manifest.save()
+    queued = None  # this user's live jobs by script, fetched once and only if something is to be submitted
+    counts = {"submit": 0, "resubmit": 0, "leave": 0, "skip": 0, "adopt": 0}
+    for plan in plans:
+        record = manifest.runs[plan.name]
+        action = mf.submit_action(record.state)
+        if action in ("submit", "resubmit"):
+            queued = slurm.active_jobs_by_script() if queued is None else queued
+            checkpoint = _latest_checkpoint(plan.run_dir)
+            if str(plan.script_path) in queued:
+                job_id, state = queued[str(plan.script_path)]
+                action, note = "adopt", f"job {job_id} already {state} for this script; recorded it"
+            else:
+                job_id, state = slurm.submit(plan.script_path, cwd=cwd), "PENDING"
+                note = f"job {job_id}" + (f", resumes from {checkpoint}" if checkpoint else "")
+            record.jobs.append({"job_id": job_id, "submitted": mf.now(), "resume_from": checkpoint})
+            record.state, record.updated = state, mf.now()
+            manifest.save()  # after every submission, so a crash never loses a job id
+        elif action == "leave":
+            note = f"job {record.job_id} is {record.state}; left alone"
+        else:
+            note = "finished (DONE); skipped"
+        counts[action] += 1
+        print(f"{action:<9} {plan.name}  {note}")
+    print(
+        f"submitted {counts['submit']}, resubmitted {counts['resubmit']}, adopted {counts['adopt']},"
+        f" left alone {counts['leave']} queued/running, skipped {counts['skip']} finished"
+        f" (manifest: {manifest.path})"
+    )
+    return 0
+
+
+def _refresh(manifest: mf.Manifest, names: list[str]) -> None:
+    job_ids = [manifest.runs[n].job_id for n in names if manifest.runs[n].job_id]
+    manifest.refresh(names, slurm.job_states(job_ids))
+
+
+def _require_manifest(layout: SweepLayout) -> None:
+    if not layout.manifest.is_file():
+        raise SweepError(f"no sweep manifest at {layout.manifest}: submit first (--submit), or pass --sweep-dir")
+
+
+def _existing_manifest(args: argparse.Namespace, layout: SweepLayout) -> tuple[mf.Manifest, list[str]]:
+    """The sweep's manifest, checked against the command's experiment and profile, and the
+    names of its runs that --only selects. Call it holding the sweep dir's lock."""
+    manifest = mf.Manifest.load(layout.manifest)
+    if args.experiment != manifest.experiment:
+        raise SweepError(f"{layout.root} holds experiment {manifest.experiment!r}, not {args.experiment!r}")
+    if args.cluster and load_profile(args.cluster).name != manifest.cluster:
+        raise SweepError(f"{layout.root} was submitted with --cluster {manifest.cluster!r}, not {args.cluster!r}")
+    run_ids = [RunId.parse(name) for name in manifest.runs]
+    names = [r.name for r in select(run_ids, parse_filters(args.only))]
+    return manifest, names
+
+
+def _status(args: argparse.Namespace, layout: SweepLayout) -> int:
+    _require_manifest(layout)
+    slurm.require("squeue", action="--status")
+    with mf.locked(layout.root):
+        manifest, names = _existing_manifest(args, layout)
+        _refresh(manifest, names)
+        manifest.save()
+    rows = [("RUN", "STATE", "JOB", "JOBS", "CHECKPOINT")]
+    for name in names:
+        record = manifest.runs[name]
+        rows.append((name, record.state, record.job_id or "-", str(len(record.jobs)),
+                     _latest_checkpoint(Path(record.run_dir)) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    totals = Counter(manifest.runs[name].state for name in names)
+    print(f"{len(names)} run(s): " + ", ".join(f"{n} {state}" for state, n in sorted(totals.items())))
+    return 0
+
+
+def _cancel(args: argparse.Namespace, layout: SweepLayout) -> int:
+    _require_manifest(layout)
+    slurm.require("squeue", "scancel", action="--cancel")
+    with mf.locked(layout.root):
+        manifest, names = _existing_manifest(args, layout)
+        _refresh(manifest, names)
+        live = [n for n in names if mf.is_live(manifest.runs[n].state)]
+        slurm.cancel([manifest.runs[n].job_id for n in live])
+        _refresh(manifest, live)
+        manifest.save()
+    for name in live:
+        print(f"cancelled {name}  job {manifest.runs[name].job_id} ({manifest.runs[name].state})")
+    print(f"cancelled {len(live)} job(s); {len(names) - len(live)} run(s) had no live job")
+    return 0

@@ -1,0 +1,207 @@
+"""Specification of `gdpo-nemo sweep` without a Slurm cluster: --dry-run and bad input.
+
+--dry-run of every paper experiment on the sample profile (slurm/profiles/example.yaml)
+is checked script by script: node count, gres, time, COMMAND and W&B names. Bad input
+fails with exit status 2, a message naming it, and nothing written or submitted.
+"""
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gdpo_nemo import cli
+from gdpo_nemo.config_compose import load_experiment
+from gdpo_nemo.run_id import RunId
+from gdpo_nemo.sweep.manifest import Manifest
+from gdpo_nemo.sweep.plan import RunPlan, SweepLayout, write_plans
+from gdpo_nemo.sweep.profiles import PROFILE_DIR
+from gdpo_nemo.sweep.render import REPO_ROOT
+
+# The paper's experiments and the nodes per run their cluster configs ask for (configs/cluster/).
+PAPER_NODES = {"toolcall": 1, "gsm8k": 1, "math": 4, "math_conditioned_length": 4, "coding": 4}
+
+
+def sweep(capsys, *argv):
+    rc = cli.main(["sweep", *map(str, argv)])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def directives(script: str) -> dict[str, str]:
+    out = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH --"):
+            key, _, value = line[len("#SBATCH --"):].partition("=")
+            out[key] = value
+    return out
+
+
+def exported(script: str, name: str) -> str:
+    line = next(line for line in script.splitlines() if line.startswith(f"export {name}="))
+    return shlex.split(line.split("=", 1)[1])[0]
+
+
+def profile_file(tmp_path, **changes) -> Path:
+    raw = yaml.safe_load((PROFILE_DIR / "example.yaml").read_text())
+    raw.update(changes)
+    path = tmp_path / "mycluster.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not ...}))
+    return path
+
+
+@pytest.mark.parametrize("experiment", sorted(PAPER_NODES))
+def test_dry_run_of_each_paper_experiment_on_the_example_profile(experiment, tmp_path, capsys):
+    rc, out, _ = sweep(capsys, experiment, "--cluster", "example", "--dry-run", "--sweep-dir", tmp_path)
+    assert rc == 0
+    runs = [spec.run_id for spec in load_experiment(experiment)]
+    scripts = sorted((tmp_path / "jobs").glob("*.sbatch"))
+    assert [p.stem for p in scripts] == sorted(r.name for r in runs)
+    assert not (tmp_path / "manifest.json").exists()  # nothing submitted
+    assert out.rstrip().endswith("nothing submitted (use --submit)")
+    for path in scripts:
+        run_id, script = RunId.parse(path.stem), path.read_text()
+        assert f"==> {path} <==\n{script}" in out
+        config_path = tmp_path / "configs" / f"{run_id.name}.yaml"
+        config = yaml.safe_load(config_path.read_text())
+        sbatch = directives(script)
+        assert sbatch["nodes"] == str(PAPER_NODES[experiment]) == str(config["cluster"]["num_nodes"])
+        assert (sbatch["gres"], sbatch["time"], sbatch["account"], sbatch["partition"]) == (
+            "gpu:8", "04:00:00", "my_account", "batch")
+        assert sbatch["job-name"] == run_id.name
+        assert exported(script, "COMMAND") == (
+            f"cd {Path.cwd()} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} uv run --project"
+            f" /lustre/fsw/my_account/nemo-rl python -m gdpo_nemo.engines.nemo.run --config {config_path}")
+        assert script.rstrip().endswith("\nexec bash /lustre/fsw/my_account/nemo-rl/ray.sub")
+        assert exported(script, "WANDB_NAME") == config["logger"]["wandb"]["name"] == run_id.name
+        assert exported(script, "WANDB_RUN_GROUP") == config["logger"]["wandb"]["group"] == run_id.group
+        assert config["logger"]["log_dir"] == str(tmp_path / "runs" / run_id.name)
+        assert config["checkpointing"]["checkpoint_dir"] == str(tmp_path / "runs" / run_id.name / "checkpoints")
+        assert config["gdpo"]["engine"] == "nemo"
+
+
+def test_dry_run_of_smoke_on_the_local_profile_renders_local_engine_jobs(tmp_path, capsys):
+    rc, out, _ = sweep(capsys, "smoke", "--cluster", "local", "--sweep-dir", tmp_path)  # --dry-run is the default
+    assert rc == 0
+    scripts = sorted((tmp_path / "jobs").glob("*.sbatch"))
+    assert len(scripts) == len(load_experiment("smoke")) == 12
+    for path in scripts:
+        script = path.read_text()
+        assert directives(script)["nodes"] == "1" and directives(script)["partition"] == "local"
+        assert f"-m gdpo_nemo.cli train --config {tmp_path}/configs/{path.stem}.yaml" in script
+    assert "(local engine); nothing submitted" in out
+
+
+def test_only_filters_runs_and_engine_overrides_the_cluster_configs(tmp_path, capsys):
+    rc, out, _ = sweep(capsys, "toolcall", "--cluster", "example", "--sweep-dir", tmp_path, "--engine", "local",
+                       "--only", "seed=0", "--only", "seed=1", "--only", "algo=gdpo_no_bn")
+    assert rc == 0
+    assert sorted(p.stem for p in (tmp_path / "jobs").glob("*.sbatch")) == [
+        "toolcall__toolcall__qwen2.5-1.5b-instruct__gdpo_no_bn__seed0",
+        "toolcall__toolcall__qwen2.5-1.5b-instruct__gdpo_no_bn__seed1",
+    ]
+    script = (tmp_path / "jobs" / "toolcall__toolcall__qwen2.5-1.5b-instruct__gdpo_no_bn__seed0.sbatch").read_text()
+    assert "-m gdpo_nemo.cli train" in script and directives(script)["gres"] == "gpu:1"
+
+
+def assert_refused(rc, err, sweep_dir, *fragments):
+    assert rc == 2
+    assert err.startswith("gdpo-nemo sweep: error: ")
+    for fragment in fragments:
+        assert fragment in err, err
+    assert not sweep_dir.exists(), "nothing may be written on bad input"
+
+
+def test_unknown_experiment_is_refused_naming_the_known_ones(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "toolcal", "--cluster", "example", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "unknown experiment 'toolcal'", "toolcall", "math")
+
+
+def test_unknown_profile_is_refused_naming_the_known_ones(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "toolcall", "--cluster", "nowhere", "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "--cluster 'nowhere' is not a known profile", "example, local")
+
+
+def test_profile_missing_a_required_key_is_refused(tmp_path, capsys):
+    path = profile_file(tmp_path, partition=...)
+    rc, _, err = sweep(capsys, "toolcall", "--cluster", path, "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "missing required key(s) partition")
+
+
+def test_config_whose_num_nodes_disagrees_with_the_profile_is_refused(tmp_path, capsys):
+    path = profile_file(tmp_path, nodes=2)
+    rc, _, err = sweep(capsys, "toolcall", "--cluster", path, "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "profile 'mycluster'",
+                   "cluster.num_nodes: 1 but the Slurm request has --nodes=2")
+
+
+def test_config_whose_gpus_per_node_disagrees_with_the_profile_is_refused(tmp_path, capsys):
+    path = profile_file(tmp_path, gpus_per_node=4, gres=None)
+    rc, _, err = sweep(capsys, "gsm8k", "--cluster", path, "--dry-run", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "cluster.gpus_per_node: 8 but the Slurm request gives 4 GPU(s)")
+
+
+def test_submit_without_sbatch_on_path_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    rc, _, err = sweep(capsys, "smoke", "--cluster", "local", "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "--submit needs Slurm's sbatch, squeue, not found on PATH")
+
+
+def test_nemo_submit_needs_ray_sub_in_the_profiles_checkout(tmp_path, capsys):
+    path = profile_file(tmp_path, nemo_rl_dir=str(tmp_path / "not-nemo-rl"))
+    rc, _, err = sweep(capsys, "gsm8k", "--cluster", path, "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", f"nemo_rl_dir {tmp_path / 'not-nemo-rl'} has no ray.sub")
+
+
+def test_nemo_engine_refuses_a_local_only_model(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "smoke", "--cluster", "example", "--engine", "nemo", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "'builtin:tiny' is a local-engine model")
+
+
+@pytest.mark.parametrize(("only", "message"), [
+    ("colour=red", "unknown key 'colour'; accepted keys are run, task, model, algo, seed"),
+    ("seed", "'seed' is not key=value"),
+    ("model=gpt-5", "--only matches no run of the experiment; values present: model in qwen2.5-1.5b-instruct"),
+])
+def test_bad_only_filters_are_refused(only, message, tmp_path, capsys):
+    rc, _, err = sweep(capsys, "toolcall", "--cluster", "example", "--only", only, "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", message)
+
+
+def test_a_sweep_dir_with_whitespace_is_refused(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "gsm8k", "--cluster", "example", "--sweep-dir", tmp_path / "my sweep")
+    assert_refused(rc, err, tmp_path / "my sweep", "contains whitespace, which #SBATCH")
+
+
+def test_dry_run_and_submit_need_a_profile(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "smoke", "--submit", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", "--submit needs --cluster PROFILE")
+
+
+def test_status_of_a_sweep_never_submitted_is_refused(tmp_path, capsys):
+    rc, _, err = sweep(capsys, "smoke", "--status", "--sweep-dir", tmp_path / "s")
+    assert_refused(rc, err, tmp_path / "s", f"no sweep manifest at {tmp_path / 's' / 'manifest.json'}")
+
+
+def test_a_sweep_dir_of_another_profile_is_not_overwritten(tmp_path, capsys):
+    tmp_path.joinpath("s").mkdir()
+    Manifest(tmp_path / "s" / "manifest.json", "gsm8k", "othercluster", "nemo").save()
+    rc, _, err = sweep(capsys, "gsm8k", "--cluster", "example", "--sweep-dir", tmp_path / "s")
+    assert rc == 2 and "use the same --cluster/--engine or another --sweep-dir" in err
+    assert not (tmp_path / "s" / "jobs").exists()
+
+
+def test_a_started_runs_config_is_kept_when_the_experiment_changes(tmp_path):
+    layout = SweepLayout(tmp_path)
+
+    def plan(name, config_text):
+        return RunPlan(RunId.parse(name), "local", layout.run_dir(name), layout.config_path(name),
+                       layout.script_path(name), config_text, "#!/bin/bash\n")
+
+    started, fresh = "e__t__m__a__seed0", "e__t__m__a__seed1"
+    assert write_plans([plan(started, "steps: 10\n"), plan(fresh, "steps: 10\n")], layout) == []
+    kept = write_plans([plan(started, "steps: 20\n"), plan(fresh, "steps: 20\n")], layout, started={started})
+    assert kept == [started]
+    assert layout.config_path(started).read_text() == "steps: 10\n"  # resumes as it started
+    assert layout.config_path(fresh).read_text() == "steps: 20\n"  # never submitted: follows the experiment
