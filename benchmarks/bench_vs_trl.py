@@ -1,0 +1,211 @@
+"""Seconds per GRPO step: the local engine vs TRL's GRPOTrainer, same work, same process.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_vs_trl.py [--model builtin:smollm2-135m]
+        [--steps 4] [--prompts 4] [--generations 4] [--max-new-tokens 64]
+
+Both trainers get the same model (fresh copies of `--model`), the same GSM8K-style prompts
+(our offline set), the same G, the same number of new tokens per completion (EOS ignored,
+so every completion is exactly `--max-new-tokens` long and both generate the same number of
+tokens), the same three rewards, GDPO advantages with TRL's numerics
+(`multi_objective_aggregation="normalize_then_sum"` vs `gdpo.estimator=gdpo,
+gdpo.preset=trl`), the same loss settings (token-level loss over the global batch = TRL's
+`loss_type="dapo"`, clip 0.2, beta 0: no reference model), the same optimizer (AdamW, constant
+LR, grad clip 1.0), and the same micro-batch (8) and optimizer updates (one per step).
+
+Prints, for each, the wall seconds per step (median and mean; the first step is a warm-up and
+not counted) and the CPU seconds per step (all threads; `time.process_time`), the generated
+tokens and optimizer updates per step, and the ratios ours / TRL of the medians. Target:
+ratio <= 0.8. Needs `pip install trl` (the `bench` extra). On a shared machine other
+processes inflate wall time unevenly (spikes); the median and the CPU-time ratio are the
+robust figures, and both trainers run in one process on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LEARNING_RATE = 1e-6
+MICRO_BATCH = 8
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="builtin:smollm2-135m")
+    parser.add_argument("--steps", type=int, default=4, help="steps per trainer (the first is not timed)")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--order", choices=("trl-first", "ours-first"), default="trl-first")
+    return parser.parse_args(argv)
+
+
+def ours_config(args, run_dir: Path) -> dict:
+    from gdpo_nemo.engines.local.config import load_run_config
+
+    overrides = [
+        f"policy.model_name={args.model}",
+        f"grpo.num_prompts_per_step={args.prompts}",
+        f"grpo.num_generations_per_prompt={args.generations}",
+        f"grpo.max_num_steps={args.steps}",
+        f"grpo.seed={args.seed}",
+        f"policy.generation.max_new_tokens={args.max_new_tokens}",
+        f"policy.train_global_batch_size={args.prompts * args.generations}",
+        f"policy.train_micro_batch_size={MICRO_BATCH}",
+        f"policy.generation_batch_size={args.prompts * args.generations}",
+        f"policy.optimizer.kwargs.lr={LEARNING_RATE}",
+        "policy.max_total_sequence_length=1024",
+        "data.max_input_seq_length=null",
+        "gdpo.estimator=gdpo",
+        "gdpo.preset=trl",
+        "gdpo.std_ddof=null",
+        "gdpo.eps=null",
+        "gdpo.local.ignore_eos=true",
+        "gdpo.local.warm_start.enabled=false",
+        "gdpo.local.progress=false",
+        "checkpointing.enabled=false",
+        "loss_fn.reference_policy_kl_penalty=0.0",
+        f"logger.log_dir={run_dir}",
+    ]
+    config, _ = load_run_config(REPO / "configs" / "local" / "quickstart_gsm8k.yaml", overrides)
+    return config
+
+
+def run_ours(args, workdir: Path) -> dict:
+    from gdpo_nemo.engines.local.trainer import train
+    from gdpo_nemo.tracking import read_metrics
+
+    run_dir = workdir / "ours"
+    train(ours_config(args, workdir), run_dir)
+    records = read_metrics(run_dir)
+    tokens = [r["train/global_valid_toks"] for r in records]
+    return {"seconds": [r["timing/train/total_step_time"] for r in records[1:]],
+            "cpu_seconds": [r["timing/train/total_step_cpu_time"] for r in records[1:]],
+            "tokens_per_step": statistics.mean(tokens), "updates_per_step": 1}
+
+
+def run_trl(args, workdir: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gdpo_nemo.engines.local.models import load_policy
+    from gdpo_nemo.tasks import get_task
+
+    model, tokenizer = load_policy(args.model, seed=args.seed)
+    task = get_task("gsm8k")
+    reward_set = task.reward_set()
+    examples = task.load("train", limit=args.prompts * args.steps, seed=args.seed)
+    dataset = Dataset.from_list([{"prompt": e.messages, "ground_truth": e.ground_truth} for e in examples])
+
+    def reward_function(name):
+        def reward(completions, ground_truth, **_):
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return reward_set.score_batch(texts, list(ground_truth))[name]
+
+        reward.__name__ = name
+        return reward
+
+    step_ends, cpu_ends, tokens, updates = [], [], [], []
+
+    class Timer(TrainerCallback):
+        def on_train_begin(self, *_, **__):
+            step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())
+
+        def on_step_end(self, *_, **__):
+            step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())
+            updates.append(1)
+
+        def on_log(self, _args, _state, _control, logs=None, **__):
+            if logs and "completions/mean_length" in logs:
+                tokens.append(logs["completions/mean_length"] * args.prompts * args.generations)
+
+    config = GRPOConfig(
+        output_dir=str(workdir / "trl"),
+        use_cpu=True,
+        bf16=False,
+        seed=args.seed,
+        max_steps=args.steps,
+        learning_rate=LEARNING_RATE,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        per_device_train_batch_size=MICRO_BATCH,
+        gradient_accumulation_steps=args.prompts * args.generations // MICRO_BATCH,
+        num_generations=args.generations,
+        max_completion_length=args.max_new_tokens,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens},  # EOS ignored, as ours
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        multi_objective_aggregation="normalize_then_sum",
+        num_iterations=1,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_dropout=True,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward_function(n) for n in reward_set.names],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[Timer()],
+    )
+    with torch.random.fork_rng(devices=[]):
+        trainer.train()
+    durations = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    cpu = [b - a for a, b in zip(cpu_ends, cpu_ends[1:])]
+    return {"seconds": durations[1:], "cpu_seconds": cpu[1:],
+            "tokens_per_step": statistics.mean(tokens) if tokens else float("nan"),
+            "updates_per_step": sum(updates) / max(len(durations), 1)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.steps < 2:
+        raise SystemExit("--steps must be >= 2 (the first step is a warm-up)")
+    import torch
+
+    print(f"bench_vs_trl: model {args.model}, {args.prompts} prompts x {args.generations} generations x "
+          f"{args.max_new_tokens} new tokens, {args.steps} steps each (first not timed), "
+          f"torch threads {torch.get_num_threads()}")
+    with tempfile.TemporaryDirectory(prefix="bench_vs_trl_") as tmp:
+        workdir = Path(tmp)
+        order = [("TRL GRPOTrainer", run_trl), ("gdpo_nemo local", run_ours)]
+        if args.order == "ours-first":
+            order.reverse()
+        results = {name: fn(args, workdir) for name, fn in order}
+    for name, result in results.items():
+        print(f"{name:>16}: wall {statistics.median(result['seconds']):7.2f} s/step median, "
+              f"{statistics.mean(result['seconds']):7.2f} mean (steps {', '.join(f'{s:.1f}' for s in result['seconds'])}); "
+              f"CPU {statistics.median(result['cpu_seconds']):7.2f} s/step median; "
+              f"{result['tokens_per_step']:.0f} generated tokens/step, {result['updates_per_step']:.0f} optimizer update/step")
+    ours, trl = results["gdpo_nemo local"], results["TRL GRPOTrainer"]
+    wall = statistics.median(ours["seconds"]) / statistics.median(trl["seconds"])
+    cpu = statistics.median(ours["cpu_seconds"]) / statistics.median(trl["cpu_seconds"])
+    print(f"ratio ours / TRL: wall {wall:.2f}, CPU {cpu:.2f} (median seconds per step; target <= 0.80)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Training curves over seeds, the advantage-group diagnostic, and Fig. 3.
+
+- `plot_reward_curves`: one panel per reward component (``train/reward/<name>``) and the
+  total (``train/reward``), one line per algo (mean over seeds) with a band of +-1 std
+  over seeds, as the paper's tool-calling, GSM8K and math training figures.
+- `plot_diagnostics`: ``train/adv/distinct_groups`` and ``train/adv/zero_std_frac/<name>``.
+- `fig3`: paper Fig. 3 from `gdpo_nemo.collapse_figures` (counts cached as JSON).
+
+Figures are sized for print (7.2 in wide at most, fonts >= 8 pt, lines 1.6 pt) and written
+as PNG (200 dpi) and PDF. Curves are smoothed by a trailing rolling mean over `smooth`
+logged steps (default: 1/25 of the steps, at least 1), applied to the seed mean and std;
+the panel title says the window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gdpo_nemo.analysis.frame import Dataset
+from gdpo_nemo.collapse_figures import LABELS
+
+ALGO_STYLE = {"grpo": ("tab:blue", "-"), "gdpo": ("tab:green", "-"), "grpo_no_std": ("tab:orange", "--"),
+              "gdpo_no_bn": ("tab:purple", "--")}
+_OTHER_COLORS = ("tab:red", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
+RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 8, "xtick.labelsize": 7.5,
+      "ytick.labelsize": 7.5, "lines.linewidth": 1.6, "axes.spines.top": False, "axes.spines.right": False}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def algo_label(algo: str) -> str:
+    """Paper name of an algo label (GRPO, GDPO, ...), else the label itself."""
+    return {**LABELS, "gdpo_no_bn": "GDPO w/o BN"}.get(algo, algo)
+
+
+def _style(algo: str, index: int) -> tuple[str, str]:
+    return ALGO_STYLE.get(algo, (_OTHER_COLORS[index % len(_OTHER_COLORS)], "-."))
+
+
+def _algo_order(algos) -> list[str]:
+    known = [a for a in ("grpo", "grpo_no_std", "gdpo_no_bn", "gdpo") if a in algos]
+    return known + sorted(a for a in algos if a not in known)
+
+
+def curve_stats(metrics: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per (algo, step): mean and std over runs of `metric`, and n runs; finite values only."""
+    rows = metrics[(metrics["metric"] == metric) & np.isfinite(metrics["value"])]
+    if rows.empty:
+        return pd.DataFrame(columns=["algo", "step", "mean", "std", "n"])
+    grouped = rows.groupby([rows["algo"].astype(str), "step"])["value"]
+    out = grouped.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "n"})
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def default_smoothing(steps: int) -> int:
+    """Rolling window used when none is given: 1/25 of the steps, at least 1."""
+    return max(1, int(round(steps / 25)))
+
+
+def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: str, smooth: int | None = None,
+                ylabels: dict | None = None) -> list[Path]:
+    """One panel per metric, one mean line and +-1 std band per algo; returns [png, pdf]."""
+    plt = _pyplot()
+    panels = [m for m in metrics]
+    columns = 2 if len(panels) == 4 else min(3, len(panels))
+    nrows = math.ceil(len(panels) / columns)
+    with plt.rc_context(RC):
+        # Fixed margins instead of constrained_layout: the layout solver cost more than the drawing.
+        height, width = 2.1 * nrows + 1.0, max(4.8, 2.4 * columns + 0.4)
+        fig, axes = plt.subplots(nrows, columns, figsize=(width, height), squeeze=False)
+        fig.subplots_adjust(left=0.5 / width, right=1 - 0.15 / width, wspace=0.3, hspace=0.65,
+                            top=1 - 0.7 / height, bottom=0.75 / height)
+        algos = _algo_order(set(dataset.runs["algo"]))
+        seeds = dataset.runs.groupby("algo")["run_id"].nunique().to_dict()
+        wanted = dataset.metrics[dataset.metrics["metric"].isin(panels)]  # one pass over the big frame
+        for ax, metric in zip(axes.flat, panels):
+            stats = curve_stats(wanted, metric)
+            steps = stats["step"].nunique() if not stats.empty else 0
+            window = smooth or default_smoothing(steps)
+            for index, algo in enumerate(algos):
+                curve = stats[stats["algo"] == algo].sort_values("step")
+                if curve.empty:
+                    continue
+                mean = curve["mean"].rolling(window, min_periods=1).mean().to_numpy()
+                std = curve["std"].rolling(window, min_periods=1).mean().to_numpy()
+                color, line = _style(algo, index)
+                ax.plot(curve["step"], mean, color=color, linestyle=line, label=f"{algo_label(algo)} (n={seeds.get(algo, 0)})")
+                ax.fill_between(curve["step"], mean - std, mean + std, color=color, alpha=0.18, linewidth=0)
+            name = (ylabels or {}).get(metric, metric)
+            ax.set_title(name + (f" (rolling {window})" if window > 1 else ""))
+            ax.set_xlabel("training step")
+            ax.grid(True, alpha=0.3)
+            if stats.empty:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="0.4")
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        for ax in axes.flat:
+            h, l = ax.get_legend_handles_labels()
+            if len(h) > len(handles):
+                handles, labels = h, l
+        if handles:
+            fig.legend(handles, labels, loc="lower center", ncols=min(4, len(handles)), frameon=False)
+        fig.suptitle(title + "\nmean ± 1 std over seeds", fontsize=9)
+        paths = []
+        out_stem.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in (".png", ".pdf"):
+            path = out_stem.parent / (out_stem.name + suffix)  # not with_suffix: "qwen2.5-1.5b" has a dot
+            fig.savefig(path, dpi=200)
+            paths.append(path)
+        plt.close(fig)
+    return paths
+
+
+def _groups(dataset: Dataset):
+    for key, runs in dataset.runs.groupby(["experiment", "task", "model"], sort=True):
+        ids = set(runs["run_id"])
+        yield key, Dataset(dataset.metrics[dataset.metrics["run_id"].isin(ids)], runs, dataset.problems)
+
+
+def _component_order(runs: pd.DataFrame, found: list[str]) -> list[str]:
+    declared = [c for text in runs["reward_components"] for c in str(text).split(",") if c]
+    order = list(dict.fromkeys(declared))
+    return sorted(found, key=lambda name: (order.index(name) if name in order else len(order), name))
+
+
+def plot_reward_curves(dataset: Dataset, out_dir: Path, *, smooth: int | None = None) -> list[Path]:
+    """Per-reward training curves for every (experiment, task, model); returns written paths."""
+    paths = []
+    for (experiment, task, model), part in _groups(dataset):
+        names = [str(m) for m in part.metrics["metric"].unique() if str(m).startswith("train/reward/")]
+        components = _component_order(part.runs, [n.split("/", 2)[2] for n in names])
+        metrics = [f"train/reward/{c}" for c in components] + ["train/reward"]
+        logged = set(part.metrics["metric"].unique())
+        if not any(m in logged for m in metrics):
+            continue
+        labels = {f"train/reward/{c}": f"{c} reward" for c in components} | {"train/reward": "total reward"}
+        paths += plot_panels(part, metrics, out_dir / f"curves__{experiment}__{task}__{model}",
+                             title=f"{experiment} / {task} / {model}: training rewards", smooth=smooth, ylabels=labels)
+    return paths
+
+
+def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = None) -> list[Path]:
+    """``train/adv/distinct_groups`` (and zero-std fractions) for every (experiment, task, model)."""
+    paths = []
+    for (experiment, task, model), part in _groups(dataset):
+        present = [str(m) for m in part.metrics["metric"].unique()]
+        prefix = "train/adv/zero_std_frac/"
+        zero = [prefix + c for c in _component_order(part.runs, [m[len(prefix):] for m in present if m.startswith(prefix)])]
+        metrics = (["train/adv/distinct_groups"] if "train/adv/distinct_groups" in present else []) + zero
+        if not metrics:
+            continue
+        labels = {"train/adv/distinct_groups": "distinct advantage groups"} | {m: f"zero-std groups: {m.rsplit('/', 1)[1]}" for m in zero}
+        paths += plot_panels(part, metrics, out_dir / f"advantage_groups__{experiment}__{task}__{model}",
+                             title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels)
+    return paths
+
+
+def fig3(out_dir: Path, *, counts_path: Path | None = None, samples: int = 20_000, progress: bool = True) -> list[Path]:
+    """Paper Fig. 3 into `out_dir` from `gdpo_nemo.collapse_figures`.
+
+    Reuses the counts JSON at `counts_path` (or ``out_dir/fig3_advantage_groups.json``) when
+    it exists; else counts (exact where small, `samples` random groups where not) and saves it.
+    """
+    from gdpo_nemo.collapse_figures import fig3_counts, plot_fig3
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "fig3_advantage_groups.json"
+    source = next((p for p in (counts_path, target) if p is not None and Path(p).exists()), None)
+    if source is not None:
+        counts = json.loads(Path(source).read_text())
+    else:
+        counts = fig3_counts(samples=samples, progress=progress)
+    if source != target:
+        target.write_text(json.dumps(counts, indent=1) + "\n")
+    return [target, *plot_fig3(counts, out_dir / "fig3_advantage_groups")]

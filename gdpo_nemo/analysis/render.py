@@ -1,0 +1,128 @@
+"""Tables as Markdown and LaTeX, in the paper's layout, with footnotes.
+
+A cell reads ``mean ± std``, then ``[low, high] n=N`` (95 % bootstrap interval of the mean,
+number of runs), then ``paper P (Δ mean−P)``. ``—`` marks a number that does not exist
+(no runs; a std of one run; a value the paper does not report, which reads ``paper n/a``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gdpo_nemo.analysis.tables import TableResult
+
+DASH = "—"
+
+
+def _num(value: float, decimals: int, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DASH
+    return f"{value:+.{decimals}f}" if sign else f"{value:.{decimals}f}"
+
+
+def cell_lines(cell: dict, decimals: int) -> list[str]:
+    """The three lines of one cell (plain text, `±`/`Δ` as Unicode)."""
+    paper = "paper n/a" if math.isnan(cell["paper"]) else f"paper {cell['paper']:.{decimals}f}"
+    if cell["n"] == 0:
+        return [DASH, "n=0", paper]
+    if not math.isnan(cell["paper"]):
+        paper += f" (Δ {_num(cell['diff'], decimals, sign=True)})"
+    return [
+        f"{_num(cell['mean'], decimals)} ± {_num(cell['std'], decimals)}",
+        f"[{_num(cell['low'], decimals)}, {_num(cell['high'], decimals)}] n={cell['n']}",
+        paper,
+    ]
+
+
+def _layout(result: TableResult):
+    """(header labels, rows) where each row is (label cells, [cell dict or None])."""
+    spec = result.spec
+    cells = {(c["model"], c["benchmark"], c["method"], c["column"]): c for c in result.cells.to_dict("records")}
+    benches = spec.benchmarks or (("", ""),)
+    has_bench = bool(spec.benchmarks)
+    header = ["Model"] + (["Benchmark"] if has_bench else [])
+    rows = []
+    if spec.methods_in == "rows":
+        header += ["Method"] + [c.label for c in spec.columns]
+        for tag, label in result.models:
+            for bench_key, bench_label in benches:
+                for method in spec.methods:
+                    row_cells = [cells.get((tag, bench_key, method.key, c.key)) for c in spec.columns]
+                    rows.append(([label] + ([bench_label] if has_bench else []) + [method.label], row_cells))
+    else:
+        header += [f"{m.label} {c.label}" for m in spec.methods for c in spec.columns]
+        for tag, label in result.models:
+            for bench_key, bench_label in benches:
+                row_cells = [cells.get((tag, bench_key, m.key, c.key)) for m in spec.methods for c in spec.columns]
+                rows.append(([label] + ([bench_label] if has_bench else []), row_cells))
+    return header, rows
+
+
+def to_markdown(result: TableResult) -> str:
+    """The table as GitHub Markdown (cells use ``<br>`` between their lines), footnotes below."""
+    header, rows = _layout(result)
+    lines = [f"### {result.spec.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for labels, row_cells in rows:
+        texts = ["<br>".join(cell_lines(c, result.spec.decimals)) if c else DASH for c in row_cells]
+        lines.append("| " + " | ".join(labels + texts) + " |")
+    lines += ["", "Cells: mean ± std over runs, [95 % bootstrap interval] n runs, paper value (Δ = ours − paper)."]
+    if result.footnotes:
+        lines += ["", "Notes:"] + [f"{i}. {note}" for i, note in enumerate(result.footnotes, 1)]
+    return "\n".join(lines) + "\n"
+
+
+_TEX_ESCAPE = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def tex_escape(text: str) -> str:
+    """`text` safe inside LaTeX (special characters escaped, ±/Δ/— as math or dashes)."""
+    out = "".join(_TEX_ESCAPE.get(ch, ch) for ch in str(text))
+    return out.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "---").replace("−", "-")
+
+
+def to_latex(result: TableResult) -> str:
+    """The table as a LaTeX ``table`` (booktabs; cells are ``\\shortstack``s), footnotes below."""
+    header, rows = _layout(result)
+    n_labels = len(header) - (len(rows[0][1]) if rows else 0)
+    spec = "l" * n_labels + "c" * (len(header) - n_labels)
+    lines = [r"\begin{table}[t]", r"\centering", r"\scriptsize", rf"\caption{{{tex_escape(result.spec.title)}}}",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(tex_escape(h) for h in header) + r" \\", r"\midrule"]
+    for labels, row_cells in rows:
+        texts = []
+        for cell in row_cells:
+            if cell is None:
+                texts.append("---")
+                continue
+            first, second, third = (tex_escape(t) for t in cell_lines(cell, result.spec.decimals))
+            texts.append(rf"\shortstack{{{first}\\{{\tiny {second}}}\\{{\tiny {third}}}}}")
+        lines.append(" & ".join([tex_escape(x) for x in labels] + texts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines.append(r"\par\smallskip{\tiny Cells: mean $\pm$ std over runs; [95\% bootstrap interval] n runs; paper value ($\Delta$ = ours $-$ paper).}")
+    if result.footnotes:
+        lines.append(r"\par{\tiny")
+        lines += [rf"{i}. {tex_escape(note)}\\" for i, note in enumerate(result.footnotes, 1)]
+        lines.append("}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(summary: pd.DataFrame, title: str = "Training rewards at the end of training") -> str:
+    """The `training_summary` frame as one Markdown table per (experiment, task, model)."""
+    lines = [f"### {title}", ""]
+    if summary.empty:
+        return "\n".join(lines + ["No `train/reward*` metrics in the source.", ""])
+    for (experiment, task, model), group in summary.groupby(["experiment", "task", "model"]):
+        metrics = sorted(group["metric"].unique(), key=lambda m: (m != "train/reward", m))
+        lines += [f"**{experiment} / {task} / {model}** (mean over the last {int(group['steps'].max())} logged step(s) of each run)", "",
+                  "| Algo | " + " | ".join(f"`{m}`" for m in metrics) + " |", "|" + "---|" * (len(metrics) + 1)]
+        for algo, rows in group.groupby("algo"):
+            by_metric = {r["metric"]: r for r in rows.to_dict("records")}
+            texts = []
+            for metric in metrics:
+                r = by_metric.get(metric)
+                texts.append(DASH if r is None else f"{r['mean']:.3f} ± {_num(r['std'], 3)} [{r['low']:.3f}, {r['high']:.3f}] n={r['n']}")
+            lines.append(f"| {algo} | " + " | ".join(texts) + " |")
+        lines.append("")
+    return "\n".join(lines)

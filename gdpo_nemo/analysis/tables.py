@@ -1,0 +1,327 @@
+"""The paper's tables from a `Dataset`: our mean +- std over seeds beside the paper's value.
+
+Every table is a `TableSpec` (data, not code): which task's runs it reads, which methods
+(a method = conditions on the run table, e.g. estimator ``gdpo`` with a conditioned length
+reward), which columns (a column = one tidy metric, or the mean of other columns per run),
+and whether methods form rows (Table 1) or column groups (Tables 3-5).
+
+For one cell, each matching run contributes its value at its last logged step (the final
+checkpoint's evaluation); the cell shows the mean, the standard deviation over runs, a 95 %
+percentile bootstrap interval of the mean, n, the paper's number and our mean minus it.
+Runs that crashed or stopped short of their planned steps are left out of the mean
+(``include_incomplete=True`` keeps them); they, missing seeds, missing metrics and NaN
+values are each named in the table's footnotes, never dropped silently.
+
+The ``base`` method reads runs whose algo is ``base`` (an evaluation of the initial
+model); where a model has none, it uses the step-0 evaluations of the table's trained runs
+(the same initial weights), and says so in a footnote.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gdpo_nemo.analysis.frame import Dataset
+from gdpo_nemo.analysis.paper import PaperValues
+from gdpo_nemo.analysis.stats import summarize
+
+
+@dataclass(frozen=True)
+class Method:
+    """A row or column group: the runs whose run-table columns equal `where`."""
+
+    key: str
+    label: str
+    where: tuple = ()
+    base: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    """A tidy `metric` (``{benchmark}`` is filled in), or the per-run mean of `parts` columns."""
+
+    key: str
+    label: str
+    metric: str = ""
+    parts: tuple = ()
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    key: str
+    title: str
+    task: str
+    methods: tuple
+    columns: tuple
+    benchmarks: tuple = ()  # ((key, label), ...): one row per benchmark
+    methods_in: str = "rows"  # "rows" or "columns"
+    where: tuple = ()  # conditions on every non-base run
+    scale: float = 100.0  # fractions in the logs, percent in the table
+    decimals: int = 1
+
+
+def _m(key, label, **where):
+    return Method(key, label, tuple(sorted(where.items())))
+
+
+BASE = Method("base", "Base", base=True)
+_BFCL_COLUMNS = (
+    Column("live", "Live", "eval/bfcl/live"),
+    Column("multi_turn", "Multi-Turn", "eval/bfcl/multi_turn"),
+    Column("non_live", "Non-Live", "eval/bfcl/non_live"),
+    Column("avg_acc", "Avg Acc", parts=("live", "multi_turn", "non_live")),
+    Column("correct_format", "Correct Format", "eval/bfcl/correct_format"),
+)
+_MATH_BENCHMARKS = (("math", "MATH"), ("aime", "AIME"), ("amc", "AMC"), ("minerva", "Minerva"), ("olympiad", "Olympiad"))
+_MATH_COLUMNS = (Column("acc", "Acc", "eval/{benchmark}/acc"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"))
+
+TABLES: tuple[TableSpec, ...] = (
+    TableSpec("table1", "Table 1: tool calling on BFCL-v3", "toolcall",
+              (BASE, _m("grpo", "GRPO", estimator="grpo"), _m("grpo_no_std", "GRPO w/o std", estimator="grpo_no_std"),
+               _m("gdpo", "GDPO", estimator="gdpo")), _BFCL_COLUMNS, decimals=2),
+    TableSpec("table2", "Table 2: tool calling, estimator ablations", "toolcall",
+              (_m("grpo", "GRPO", estimator="grpo"), _m("grpo_no_std", "GRPO w/o std", estimator="grpo_no_std"),
+               _m("gdpo_no_bn", "GDPO w/o BN", estimator="gdpo_no_bn"), _m("gdpo", "GDPO", estimator="gdpo")),
+              _BFCL_COLUMNS, decimals=2),
+    TableSpec("table3", "Table 3: math with a length reward (Acc / Exceed, %)", "math",
+              (BASE, _m("grpo", "GRPO", estimator="grpo"), _m("gdpo", "GDPO", estimator="gdpo")),
+              _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("conditioned_length", False), ("length_weight", 1.0))),
+    TableSpec("table4", "Table 4: length vs conditioned length reward (Acc / Exceed, %)", "math",
+              (BASE, _m("grpo_length", "GRPO (R_length)", estimator="grpo", conditioned_length=False),
+               _m("gdpo_length", "GDPO (R_length)", estimator="gdpo", conditioned_length=False),
+               _m("grpo_conditioned", "GRPO (conditioned)", estimator="grpo", conditioned_length=True),
+               _m("gdpo_conditioned", "GDPO (conditioned)", estimator="gdpo", conditioned_length=True)),
+              _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("length_weight", 1.0),)),
+    TableSpec("table5", "Table 5: coding (pass / exceed / bug, %)", "code",
+              (BASE, _m("grpo_2obj", "GRPO 2-obj", estimator="grpo", num_rewards=2),
+               _m("gdpo_2obj", "GDPO 2-obj", estimator="gdpo", num_rewards=2),
+               _m("grpo_3obj", "GRPO 3-obj", estimator="grpo", num_rewards=3),
+               _m("gdpo_3obj", "GDPO 3-obj", estimator="gdpo", num_rewards=3)),
+              (Column("pass", "Pass", "eval/{benchmark}/pass"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"),
+               Column("bug", "Bug", "eval/{benchmark}/bug")),
+              (("apps", "Apps"), ("codecontests", "CodeContests"), ("codeforces", "Codeforces"), ("taco", "Taco")), "columns"),
+    TableSpec("weight_ablation", "Weight ablation: length weight (Acc / Exceed, %)", "math",
+              tuple(_m(f"{e}_w{w}", f"{label} w_length={w}", estimator=e, length_weight=w)
+                    for e, label in (("grpo", "GRPO"), ("gdpo", "GDPO")) for w in (1.0, 0.75, 0.5, 0.25)),
+              _MATH_COLUMNS, _MATH_BENCHMARKS, "rows", (("conditioned_length", False),)),
+)
+TABLES_BY_KEY = {spec.key: spec for spec in TABLES}
+
+
+@dataclass
+class TableResult:
+    """A computed table: one row per cell in `cells`, numbered `footnotes`."""
+
+    spec: TableSpec
+    cells: pd.DataFrame
+    footnotes: list = field(default_factory=list)
+    models: list = field(default_factory=list)  # (tag, label) in row order
+
+
+CELL_COLUMNS = ["model", "benchmark", "method", "column", "mean", "std", "low", "high", "n", "paper", "diff", "runs"]
+
+
+def _matches(runs: pd.DataFrame, where) -> pd.Series:
+    mask = pd.Series(True, index=runs.index)
+    for column, value in where:
+        if isinstance(value, float) and column in runs:
+            mask &= np.isclose(runs[column].astype(float), value, equal_nan=False)
+        else:
+            mask &= runs[column] == value
+    return mask
+
+
+def _short_runs(runs: pd.DataFrame) -> pd.Series:
+    """Runs that stopped before their planned steps (config max_steps, else their peers' last step)."""
+    peers_last = runs.groupby(["experiment", "task", "model"])["last_step"].transform("max")
+    planned = runs["max_steps"].where(runs["max_steps"].notna(), peers_last)
+    return (runs["algo"] != "base") & (runs["last_step"] >= 0) & (runs["last_step"] < planned)
+
+
+def eval_index(metrics: pd.DataFrame) -> tuple[dict, dict]:
+    """({(run_id, metric): last value}, {(run_id, metric): value at step 0}) of ``eval/*`` metrics.
+
+    One pass over the frame, shared by every cell of every table.
+    """
+    names = metrics["metric"].astype("category")
+    evals = [c for c in names.cat.categories if str(c).startswith("eval/")]
+    rows = metrics[names.isin(evals)]
+    if rows.empty:
+        return {}, {}
+    rows = rows.astype({"run_id": str, "metric": str}).sort_values(["run_id", "metric", "step"], kind="stable")
+    last = rows.groupby(["run_id", "metric"]).tail(1)
+    zero = rows[rows["step"] == 0]
+    return (dict(zip(zip(last["run_id"], last["metric"]), last["value"])),
+            dict(zip(zip(zero["run_id"], zero["metric"]), zero["value"])))
+
+
+def compute_table(
+    spec: TableSpec,
+    dataset: Dataset,
+    paper: PaperValues,
+    *,
+    include_incomplete: bool = False,
+    expected_seeds: list[int] | None = None,
+    resamples: int = 10_000,
+    eval_indexes: tuple | None = None,
+) -> TableResult:
+    """Compute every cell of `spec` from `dataset` (see the module docstring).
+
+    `eval_indexes` is `eval_index(dataset.metrics)` when the caller already has it.
+    """
+    notes: list[str] = []
+    runs = dataset.runs
+    task_runs = runs[runs["task"] == spec.task].copy()
+    if not task_runs.empty:
+        task_runs["short"] = _short_runs(task_runs)
+    trained_mask = (task_runs["algo"] != "base") & _matches(task_runs, spec.where) if not task_runs.empty else pd.Series(dtype=bool)
+
+    method_runs: dict[str, pd.DataFrame] = {}
+    for method in spec.methods:
+        if task_runs.empty:
+            method_runs[method.key] = task_runs
+        elif method.base:
+            method_runs[method.key] = task_runs[task_runs["algo"] == "base"]
+        else:
+            method_runs[method.key] = task_runs[trained_mask & _matches(task_runs, method.where)]
+
+    used = pd.concat(method_runs.values()) if method_runs else task_runs
+    used = used[~used.index.duplicated()] if not used.empty else used
+    excluded: set[str] = set()
+    if not used.empty:
+        for _, run in used.sort_values("run_id").iterrows():
+            if run["status"] == "crashed" or run["short"]:
+                why = "crashed" if run["status"] == "crashed" else "stopped short"
+                planned = "" if math.isnan(run["max_steps"]) else f" of {int(run['max_steps'])}"
+                verdict = "kept in the mean (include_incomplete)" if include_incomplete else "left out of the mean"
+                notes.append(f"{run['run_id']}: {why} at step {int(run['last_step'])}{planned}; {verdict}.")
+                if not include_incomplete:
+                    excluded.add(run["run_id"])
+            elif run["status"] == "unfinished" and run["algo"] != "base":
+                notes.append(f"{run['run_id']}: reached step {int(run['last_step'])} but has no DONE marker or clean exit; kept.")
+
+    tags = sorted(set(used["model"])) if not used.empty else []
+    covered = {paper.model_key(t) for t in tags}
+    in_table = {k[1] for k in paper.values if k[0] == spec.key} - covered
+    paper_models = [m for m in paper.models if m in in_table] + sorted(in_table - set(paper.models))  # the YAML's order
+    models = [(t, paper.model_label(t)) for t in tags] + [(k, paper.models.get(k, {}).get("label", k)) for k in paper_models]
+    if not tags:
+        notes.append(f"No runs of task {spec.task!r} match this table in the source; paper values shown for reference.")
+
+    benchmarks = spec.benchmarks or (("", ""),)
+    indexes = eval_indexes if eval_indexes is not None else eval_index(dataset.metrics)
+    problem_runs = set(dataset.problems["run_id"]) if not dataset.problems.empty else set()
+    cells = []
+    for tag, _label in models:
+        paper_model = paper.model_key(tag) or tag
+        per_model_trained = task_runs[trained_mask & (task_runs["model"] == tag)] if not task_runs.empty else task_runs
+        seeds = sorted(set(expected_seeds) if expected_seeds else set(per_model_trained["seed"]))
+        for method in spec.methods:
+            chosen = method_runs[method.key]
+            chosen = chosen[chosen["model"] == tag] if not chosen.empty else chosen
+            kept = chosen[~chosen["run_id"].isin(excluded)] if not chosen.empty else chosen
+            fallback = False
+            if method.base and kept.empty and not per_model_trained.empty:
+                initial = per_model_trained[per_model_trained["run_id"].isin(_runs_with_step_zero_evals(indexes, spec))]
+                initial = initial[~initial["run_id"].isin(excluded)]
+                if initial.empty:
+                    notes.append(f"{paper.model_label(tag)} Base: no runs with algo 'base' and no step-0 evaluations.")
+                else:
+                    kept, fallback = initial, True
+                    notes.append(f"{paper.model_label(tag)} Base: no runs with algo 'base'; used the step-0 evaluations of {len(kept)} trained run(s).")
+            has_paper = any(k[0] == spec.key and k[1] == paper_model and k[3] == method.key for k in paper.values)
+            if not method.base and tag in set(used["model"]):
+                if chosen.empty and has_paper:
+                    notes.append(f"{paper.model_label(tag)} {method.label}: no runs (the paper reports this row).")
+                elif not chosen.empty:
+                    missing = sorted(set(seeds) - set(chosen["seed"]))
+                    if missing:
+                        notes.append(f"{paper.model_label(tag)} {method.label}: seed(s) {', '.join(map(str, missing))} missing.")
+            run_ids = list(kept["run_id"]) if not kept.empty else []
+            flagged = sorted(set(run_ids) & problem_runs)
+            if flagged:
+                notes.append(f"{paper.model_label(tag)} {method.label}: {', '.join(flagged)} had log problems (see problems).")
+            for bench_key, _bench_label in benchmarks:
+                per_run = _column_values(spec, indexes, run_ids, bench_key, fallback, notes, f"{paper.model_label(tag)} {method.label}")
+                for column in spec.columns:
+                    values = per_run.get(column.key, {})
+                    finite = [v for v in values.values() if math.isfinite(v)]
+                    stats = summarize(np.array(finite) * spec.scale, resamples=resamples)
+                    paper_value = paper.get(spec.key, paper_model, bench_key, method.key, column.key)
+                    diff = stats["mean"] - paper_value if paper_value is not None and stats["n"] else math.nan
+                    cells.append({"model": tag, "benchmark": bench_key, "method": method.key, "column": column.key,
+                                  **stats, "paper": math.nan if paper_value is None else paper_value, "diff": diff,
+                                  "runs": ",".join(sorted(values))})
+    frame = pd.DataFrame(cells, columns=CELL_COLUMNS)
+    return TableResult(spec, frame, notes, models)
+
+
+def _runs_with_step_zero_evals(indexes, spec: TableSpec) -> set[str]:
+    prefixes = tuple(c.metric.split("{")[0] for c in spec.columns if c.metric)
+    return {run for (run, metric) in indexes[1] if metric.startswith(prefixes)}
+
+
+def _column_values(spec, indexes, run_ids, benchmark, at_step_zero, notes, where_label) -> dict[str, dict[str, float]]:
+    """{column key: {run_id: value}} for the given runs (NaN values kept, and noted)."""
+    index_last, index_zero = indexes
+    out: dict[str, dict[str, float]] = {}
+    for column in spec.columns:
+        if column.parts:
+            continue
+        metric = column.metric.format(benchmark=benchmark)
+        index = index_zero if at_step_zero else index_last
+        values = {r: index[(r, metric)] for r in run_ids if (r, metric) in index}
+        lacking = sorted(set(run_ids) - set(values))
+        if lacking and len(lacking) == len(run_ids):
+            notes.append(f"{where_label}: none of its {len(run_ids)} run(s) logged {metric}.")
+        elif lacking:
+            notes.append(f"{where_label}: {metric} missing in {', '.join(lacking)}.")
+        nans = sorted(r for r, v in values.items() if not math.isfinite(v))
+        if nans:
+            notes.append(f"{where_label}: {metric} is NaN/inf in {', '.join(nans)}; left out of the mean.")
+        out[column.key] = values
+    for column in spec.columns:
+        if column.parts:
+            shared = set.intersection(*(set(out.get(p, {})) for p in column.parts)) if column.parts else set()
+            out[column.key] = {r: float(np.mean([out[p][r] for p in column.parts])) for r in shared}
+    return out
+
+
+def all_tables(dataset: Dataset, paper: PaperValues, **options) -> list[TableResult]:
+    """Every table of `TABLES` computed from `dataset`."""
+    indexes = eval_index(dataset.metrics)
+    return [compute_table(spec, dataset, paper, eval_indexes=indexes, **options) for spec in TABLES]
+
+
+# --------------------------------------------------------------------------------------
+# Training summary: final training rewards per run group (no paper numbers).
+# --------------------------------------------------------------------------------------
+
+def training_summary(dataset: Dataset, *, window: float = 0.1, resamples: int = 10_000) -> pd.DataFrame:
+    """Mean of each ``train/reward*`` metric over the last `window` share of each run's steps.
+
+    One row per (experiment, task, model, algo, metric): mean, std, low, high, n over runs,
+    plus ``steps`` (the window length used). `window` is a fraction of the logged steps
+    (at least one step).
+    """
+    if not 0 < window <= 1:
+        raise ValueError(f"window = {window!r}; expected a fraction in (0, 1]")
+    m = dataset.metrics
+    rewards = m[m["metric"].astype(str).str.startswith("train/reward") & np.isfinite(m["value"])]
+    if rewards.empty:
+        return pd.DataFrame(columns=["experiment", "task", "model", "algo", "metric", "mean", "std", "low", "high", "n", "steps"])
+    rewards = rewards.astype({c: str for c in ("run_id", "experiment", "task", "model", "algo", "metric")})
+    rank = rewards.groupby(["run_id", "metric"])["step"].rank(ascending=False, method="first")
+    count = rewards.groupby(["run_id", "metric"])["step"].transform("size")
+    width = np.maximum(1, np.ceil(count * window))
+    tail = rewards[rank <= width].assign(width=width[rank <= width])
+    per_run = tail.groupby(["experiment", "task", "model", "algo", "metric", "run_id"]).agg(value=("value", "mean"), steps=("width", "max")).reset_index()
+    rows = []
+    for key, group in per_run.groupby(["experiment", "task", "model", "algo", "metric"]):
+        rows.append({**dict(zip(["experiment", "task", "model", "algo", "metric"], key)),
+                     **summarize(group["value"].to_numpy(), resamples=resamples), "steps": int(group["steps"].max())})
+    return pd.DataFrame(rows)

@@ -1,0 +1,16 @@
+"""The local engine: GRPO / GDPO training in one process on torch + transformers.
+
+Reads the same run config as NeMo RL (plus the `gdpo` block) and writes the same run dir
+and metric names, so analysis treats local and cluster runs alike. Modules:
+
+- `config`: load YAML + overrides, check every key against NeMo RL's schema
+- `models`: `policy.model_name` -> model and tokenizer (builtin:smollm2-135m, builtin:tiny, paths)
+- `warm_start`: the cached supervised warm-start on task demonstrations
+- `generation`: batched KV-cached sampling of G completions per prompt
+- `loss`: NeMo RL's clipped policy-gradient loss with k3 KL
+- `trainer`: the training loop (sample, score, advantages, ratio, clip, step)
+- `checkpoint`: save / resume
+- `cli`, `quickstart`: the `gdpo-nemo train` and `gdpo-nemo quickstart` commands
+
+Nothing here is imported by `gdpo_nemo` itself; torch loads only when a run starts.
+"""

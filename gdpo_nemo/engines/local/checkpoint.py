@@ -1,0 +1,101 @@
+"""Checkpoints of the local engine: `<run_dir>/checkpoints/step_<N>/`.
+
+A checkpoint holds everything the next step depends on, so a resumed run continues on the
+same trajectory as one that never stopped:
+
+    model.safetensors   policy weights
+    state.pt            optimizer and LR-scheduler state, RNG states (the sampling
+                        generator, torch's global generator, Python's `random`), the data
+                        position (epoch, offset), the step number
+
+It is written to `step_<N>.tmp` and renamed when complete: a run killed while saving
+leaves no half checkpoint that `latest_checkpoint` could pick up.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+CHECKPOINTS = "checkpoints"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_root(run_dir) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def list_checkpoints(run_dir) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run as (step, path), oldest first."""
+    root = checkpoint_root(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _STEP_DIR.match(path.name)
+        if match and (path / "state.pt").is_file() and (path / "model.safetensors").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir) -> tuple[int, Path] | None:
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def save_checkpoint(run_dir, step: int, *, model, optimizer, scheduler, generator: torch.Generator,
+                    data_position: dict, keep: int | None = None) -> Path:
+    """Write the checkpoint of `step` atomically; keep only the newest `keep` (None: all)."""
+    from safetensors.torch import save_file
+
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f"step_{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    # Tied weights share storage; safetensors wants each tensor once, contiguous.
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp / "model.safetensors"))
+    torch.save(
+        {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "generator": generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "data_position": dict(data_position),
+        },
+        tmp / "state.pt",
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    if keep is not None:
+        for _, old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
+    """Restore a checkpoint into the given objects; returns `{"step", "data_position"}`."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    weights = load_file(str(path / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    state = torch.load(path / "state.pt", weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state["scheduler"] is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    generator.set_state(state["generator"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    return {"step": state["step"], "data_position": state["data_position"]}

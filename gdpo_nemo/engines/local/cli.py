@@ -1,0 +1,42 @@
+"""`gdpo-nemo train`: one local-engine run from a run config.
+
+    gdpo-nemo train --config RUN.yaml [--run-dir DIR] [--resume] [key=value ...]
+
+Overrides use NeMo RL's (Hydra's) grammar: `grpo.seed=3` changes a key, `+key=value` adds
+one. The run dir defaults to `<logger.log_dir>/<run id>` (docs/interfaces.md, run identity).
+`--resume` continues from the newest checkpoint of the run dir on the same trajectory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="run config YAML (NeMo RL keys + gdpo block)")
+    parser.add_argument("--run-dir", default=None,
+                        help="where config.yaml, metrics.jsonl, checkpoints/ go (default: <logger.log_dir>/<run id>)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run dir's newest checkpoint")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="config overrides, e.g. grpo.max_num_steps=20 gdpo.estimator=grpo")
+
+
+def default_run_dir(config: dict) -> Path:
+    from gdpo_nemo.run_id import RunId
+
+    return Path(config["logger"]["log_dir"]) / RunId.from_config(config).name
+
+
+def run(args: argparse.Namespace) -> int:
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.trainer import train
+
+    config, note = load_run_config(args.config, args.overrides)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
+    result = train(config, run_dir, resume=args.resume, ignored_note=note)
+    summary = {k: v for k, v in result.last_metrics.items() if k.startswith(("train/reward", "validation/"))}
+    print(f"finished {result.steps} steps in {result.wall_time_s:.0f} s; run dir {result.run_dir}")
+    for key, value in summary.items():
+        print(f"  {key}: {value:.4f}")
+    return 0

@@ -1,0 +1,571 @@
+"""Run configs for the local engine: load, override, check against NeMo RL's schema.
+
+A run config is NeMo RL's GRPO config (the pinned commit's ``examples/configs/grpo_math_1B.yaml``
+key structure, shared/REFERENCE.md section 5) plus our ``gdpo:`` block (docs/interfaces.md).
+Every key of that structure has one of three fates here:
+
+- **used**: the local engine implements it with NeMo RL's meaning (``grpo.num_prompts_per_step``,
+  ``loss_fn.ratio_clip_min``, ``policy.optimizer``, ...). Missing keys get NeMo RL's default.
+- **off**: an algorithm feature the local engine does not implement (``loss_fn.use_cispo``,
+  ``grpo.use_dynamic_sampling``, ...). Accepted only at its neutral value; anything else is a
+  ``ValueError`` naming the key and the accepted value, never a silent difference.
+- **ignored**: cluster-only or throughput-only settings (vLLM, Megatron, DTensor, Ray,
+  ``cluster``, sequence packing, ...) and the environment/processor plumbing that the task
+  replaces here. Accepted with any value; ``check_config`` returns one line naming them.
+
+A key that is in none of the three is an error listing the section's accepted keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+# ---------------------------------------------------------------------------------------
+# Value checks: each returns None when the value is fine, else what would be accepted.
+# ---------------------------------------------------------------------------------------
+
+Check = Callable[[Any], "str | None"]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(low: int | None = None, *, nullable: bool = False) -> Check:
+    def check(value):
+        if value is None and nullable:
+            return None
+        if _is_int(value) and (low is None or value >= low):
+            return None
+        bound = f" >= {low}" if low is not None else ""
+        return f"an int{bound}" + (" or null" if nullable else "")
+
+    return check
+
+
+def number(low: float | None = None, high: float | None = None, *, nullable: bool = False) -> Check:
+    def check(value):
+        if value is None and nullable:
+            return None
+        if _is_number(value) and (low is None or value >= low) and (high is None or value <= high):
+            return None
+        span = f" in [{low}, {high}]" if high is not None else (f" >= {low}" if low is not None else "")
+        return f"a number{span}" + (" or null" if nullable else "")
+
+    return check
+
+
+def boolean(value):
+    return None if isinstance(value, bool) else "true or false"
+
+
+def one_of(*choices) -> Check:
+    def check(value):
+        return None if value in choices else f"one of {list(choices)}"
+
+    return check
+
+
+def text(*, nullable: bool = False) -> Check:
+    def check(value):
+        if (value is None and nullable) or (isinstance(value, str) and value):
+            return None
+        return "a non-empty string" + (" or null" if nullable else "")
+
+    return check
+
+
+def mapping(value):
+    return None if isinstance(value, dict) else "a mapping"
+
+
+def anything(value):
+    return None
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: `fate` is "use", "off" or "ignore"; `default` fills a missing key;
+    `check` validates a used key; `accepted` lists the neutral values of an "off" key."""
+
+    fate: str
+    default: Any = None
+    check: Check = anything
+    accepted: tuple = ()
+
+
+def use(default, check: Check = anything) -> Key:
+    return Key("use", default, check)
+
+
+def off(*accepted) -> Key:
+    return Key("off", accepted[0], anything, accepted)
+
+
+IGNORE = Key("ignore")
+
+
+# ---------------------------------------------------------------------------------------
+# The schema: NeMo RL's GRPO config at the pinned commit, plus the gdpo block.
+# ---------------------------------------------------------------------------------------
+
+SCHEMA: dict = {
+    "defaults": IGNORE,  # resolved by the loader
+    "grpo": {
+        "num_prompts_per_step": use(32, integer(1)),
+        "num_generations_per_prompt": use(16, integer(2)),
+        "max_rollout_turns": off(1),
+        "max_num_epochs": use(1, integer(1)),
+        "max_num_steps": use(1000000, integer(1)),
+        # The gdpo block chooses the estimator and its options; these mirror it for NeMo RL.
+        "normalize_rewards": IGNORE,
+        "use_leave_one_out_baseline": IGNORE,
+        "val_period": use(10, integer(0)),
+        "val_start_at": use(-1, integer()),
+        "val_at_start": use(False, boolean),
+        "val_at_end": use(False, boolean),
+        "overlong_filtering": off(False),
+        "advantage_clip_low": off(None),
+        "advantage_clip_high": off(None),
+        "max_val_samples": use(256, integer(1)),
+        "val_num_generations_per_prompt": use(1, integer(1)),
+        "stop_at_validation_metric": off(None),
+        "stop_at_validation_threshold": off(None),
+        "val_batch_size": use(256, integer(1)),
+        "seed": use(42, integer(0)),
+        "use_dynamic_sampling": off(False),
+        "dynamic_sampling_max_gen_batches": IGNORE,
+        "batch_multiplier": off(1),
+        "reward_shaping": {
+            "enabled": off(False),
+            "overlong_buffer_length": IGNORE,
+            "overlong_buffer_penalty": IGNORE,
+            "max_response_length": IGNORE,
+            "stop_properly_penalty_coef": IGNORE,
+        },
+        "adv_estimator": {
+            "name": use("grpo", one_of("grpo", "gdpo", "gdpo_no_bn", "grpo_no_std")),
+            "normalize_rewards": IGNORE,
+            "use_leave_one_out_baseline": IGNORE,
+            "minus_baseline": IGNORE,
+            "reward_weights": IGNORE,
+        },
+        "reward_scaling": {
+            "enabled": off(False),
+            "source_min": IGNORE,
+            "source_max": IGNORE,
+            "target_min": IGNORE,
+            "target_max": IGNORE,
+        },
+        "seq_logprob_error_threshold": off(None),
+        "invalid_tool_call_advantage": off(None),
+        "malformed_thinking_advantage": off(None),
+        "async_grpo": {
+            "enabled": off(False),
+            "max_trajectory_age_steps": IGNORE,
+            "max_generation_failures": IGNORE,
+            "in_flight_weight_updates": IGNORE,
+            "recompute_kv_cache_after_weight_updates": IGNORE,
+        },
+        "debug_payload_metrics": IGNORE,
+    },
+    "reward_penalties": {
+        "penalize_duplicated_reasoning": off(False),
+        "penalize_empty_final_answer": off(False),
+        "penalize_unwanted_tokens": off(False),
+        "penalize_malformed_think_tag": off(False),
+        "token_ids": IGNORE,
+    },
+    "loss_fn": {
+        "reference_policy_kl_penalty": use(0.01, number(0.0)),
+        "reference_policy_kl_type": use("k3", one_of("k1", "k2", "k3")),
+        "kl_input_clamp_value": use(20.0, number(0.0, nullable=True)),
+        "kl_output_clamp_value": use(10.0, number(0.0, nullable=True)),
+        "ratio_clip_min": use(0.2, number(0.0, 1.0)),
+        "ratio_clip_max": use(0.2, number(0.0)),
+        "ratio_clip_c": use(None, number(1.0, nullable=True)),
+        "use_on_policy_kl_approximation": use(False, boolean),
+        "use_importance_sampling_correction": off(False),
+        "truncated_importance_sampling_type": off(None),
+        "truncated_importance_sampling_ratio": off(None),
+        "truncated_importance_sampling_ratio_min": off(None),
+        "sequence_level_importance_ratios": off(False),
+        "token_level_loss": use(True, boolean),
+        "force_on_policy_ratio": use(False, boolean),
+        "use_kl_in_reward": off(False),
+        "use_cispo": off(False),
+        "disable_ppo_ratio": use(False, boolean),
+        "positive_example_nll_weight": off(0.0, 0),
+    },
+    "checkpointing": {
+        "enabled": use(True, boolean),
+        "checkpoint_dir": IGNORE,  # always <run_dir>/checkpoints (docs/interfaces.md)
+        "metric_name": IGNORE,
+        "higher_is_better": IGNORE,
+        "keep_top_k": use(3, integer(1, nullable=True)),
+        "save_period": use(10, integer(1)),
+        "checkpoint_must_save_by": off(None),
+        "model_save_format": IGNORE,
+        "save_consolidated": IGNORE,
+        "save_optimizer": off(True),  # resume must continue the same trajectory
+    },
+    "policy": {
+        "model_name": use("builtin:smollm2-135m", text()),
+        "tokenizer": {
+            "name": use(None, text(nullable=True)),
+            "chat_template_kwargs": use(None, lambda v: None if v is None or isinstance(v, dict) else "a mapping or null"),
+            "use_fastokens": IGNORE,
+        },
+        "hf_config_overrides": off({}, None),
+        "train_global_batch_size": use(512, integer(1)),
+        "train_micro_batch_size": use(4, integer(1)),
+        "generation_batch_size": use(32, integer(1)),
+        "logprob_batch_size": use(4, integer(1)),
+        "max_total_sequence_length": use(512, integer(2)),
+        "precision": IGNORE,  # the local dtype is gdpo.local.dtype
+        "logprob_chunk_size": IGNORE,
+        "offload_optimizer_for_logprob": IGNORE,
+        "dtensor_cfg": IGNORE,
+        "megatron_cfg": IGNORE,
+        "draft": {"enabled": off(False), "model_name": IGNORE, "loss_weight": IGNORE,
+                  "num_layers": IGNORE, "aux_layer_indices": IGNORE},
+        "dynamic_batching": IGNORE,
+        "sequence_packing": IGNORE,
+        "make_sequence_length_divisible_by": IGNORE,
+        "max_grad_norm": use(1.0, number(0.0, nullable=True)),
+        "optimizer": {
+            "name": use("torch.optim.AdamW", one_of("torch.optim.AdamW", "torch.optim.Adam")),
+            "kwargs": use({"lr": 5e-6, "weight_decay": 0.01, "betas": [0.9, 0.999], "eps": 1e-8}, mapping),
+        },
+        "scheduler": use(None, lambda v: None if v is None or isinstance(v, (list, dict)) else "a list of {name, kwargs} (and {milestones}) or null"),
+        "generation": {
+            "port_range_low": IGNORE,
+            "port_range_high": IGNORE,
+            "backend": IGNORE,  # the local engine has its own KV-cached sampler
+            "max_new_tokens": use(512, integer(1)),
+            "temperature": use(1.0, number(0.0)),
+            "top_p": off(1.0, 1),
+            "top_k": off(None),
+            "val_temperature": use(None, number(0.0, nullable=True)),
+            "val_top_p": use(None, number(0.0, 1.0, nullable=True)),
+            "val_top_k": use(None, integer(1, nullable=True)),
+            "stop_token_ids": use(None, lambda v: None if v is None or (isinstance(v, list) and all(_is_int(i) for i in v)) else "a list of token ids or null"),
+            "stop_strings": off(None),
+            "refit_transport": IGNORE,
+            "real_quant_export_cpu_offload": IGNORE,
+            "refit_cfg": IGNORE,
+            "mcore_generation_config": IGNORE,
+            "vllm_cfg": IGNORE,
+            "vllm_kwargs": IGNORE,
+            "colocated": IGNORE,
+        },
+    },
+    "data": {
+        "max_input_seq_length": use(None, integer(1, nullable=True)),
+        "shuffle": use(True, boolean),
+        "num_workers": IGNORE,
+        "use_multiple_dataloader": off(False),
+        # Local data come from the task (gdpo.task): its offline set, or data_path files.
+        "train": IGNORE,
+        "validation": IGNORE,
+        "default": IGNORE,
+        "_override_": IGNORE,
+    },
+    "env": IGNORE,  # the task's reward set is the environment here
+    "logger": {
+        "log_dir": use("runs", text()),
+        "num_val_samples_to_print": use(0, integer(0)),
+        "wandb_enabled": use(False, boolean),
+        "tensorboard_enabled": IGNORE,
+        "mlflow_enabled": IGNORE,
+        "swanlab_enabled": IGNORE,
+        "monitor_gpus": IGNORE,
+        "wandb": {
+            "project": use("gdpo-nemo", text()),
+            "name": use(None, text(nullable=True)),
+            "entity": use(None, text(nullable=True)),
+            "group": use(None, text(nullable=True)),
+            "log_nemo_gym_full_result_tables": IGNORE,
+        },
+        "swanlab": IGNORE,
+        "tensorboard": IGNORE,
+        "mlflow": IGNORE,
+        "gpu_monitoring": IGNORE,
+    },
+    "cluster": IGNORE,
+    "data_plane": IGNORE,
+    "on_policy_distillation": off(None),
+    "gdpo": {
+        "experiment": use("local", text()),
+        "task": use("gsm8k", one_of("toolcall", "gsm8k", "math", "code")),
+        "model_tag": use("model", text()),
+        "algo": use("gdpo", text()),
+        "estimator": use("gdpo", one_of("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")),
+        "preset": use("nemo_rl", one_of("nemo_rl", "trl", "verl", None)),
+        "reward_components": use(None, lambda v: None if v is None or (isinstance(v, list) and v and all(isinstance(n, str) for n in v)) else "a non-empty list of component names or null"),
+        "reward_weights": use(None, lambda v: None if v is None or (isinstance(v, dict) and all(_is_number(w) for w in v.values())) else "a mapping {component: number} or null"),
+        "leave_one_out": use(False, boolean),
+        "std_ddof": use(None, one_of(0, 1, None)),  # null: the preset's
+        "eps": use(None, number(0.0, nullable=True)),  # null: the preset's
+        "batch_norm": use("sample", one_of("sample", "token")),
+        "length_limit": use(None, integer(1, nullable=True)),
+        "conditioned_length": use(False, boolean),
+        "engine": use("local", one_of("local")),
+        "local": {
+            "device": use("cpu", one_of("cpu", "cuda", "auto")),
+            "dtype": use("float32", one_of("float32", "bfloat16")),
+            "num_threads": use(None, integer(1, nullable=True)),
+            "train_size": use(None, integer(1, nullable=True)),
+            "data_source": use("offline", one_of("offline", "file")),
+            "task_options": use({}, mapping),
+            "progress": use(True, boolean),
+            # Like vLLM's ignore_eos: every completion runs to max_new_tokens (benchmarks).
+            "ignore_eos": use(False, boolean),
+            "warm_start": {
+                "enabled": use(False, boolean),
+                "steps": use(10, integer(0)),
+                "lr": use(1e-5, number(0.0)),
+                "batch_size": use(8, integer(1)),
+                "examples": use(256, integer(1)),
+                "seed": use(None, integer(0, nullable=True)),
+            },
+        },
+    },
+}
+
+# Sections whose presence alone is worth one line when ignored (their keys are many).
+_IGNORED_SUMMARY_LIMIT = 8
+
+
+def _walk(node: dict, schema: dict, path: str, ignored: list, out: dict) -> None:
+    for key in node:
+        where = f"{path}{key}"
+        if not isinstance(schema, dict) or key not in schema:
+            accepted = sorted(k for k in schema) if isinstance(schema, dict) else []
+            section = path[:-1] or "the top level"
+            raise ValueError(f"unknown config key {where!r}: accepted keys in {section} are {accepted}")
+    for key, spec in schema.items():
+        where = f"{path}{key}"
+        present = key in node
+        value = node.get(key)
+        if isinstance(spec, dict):
+            if present and value is not None and not isinstance(value, dict):
+                raise ValueError(f"{where}={value!r}: expected a mapping with keys {sorted(spec)}")
+            out[key] = {}
+            _walk(value or {}, spec, where + ".", ignored, out[key])
+            continue
+        if spec.fate == "ignore":
+            if present:
+                ignored.append(where)
+                out[key] = copy.deepcopy(value)
+            continue
+        if not present:
+            out[key] = copy.deepcopy(spec.default)
+            continue
+        if spec.fate == "off":
+            if not any(value == ok and type(value) is type(ok) or (value is None and ok is None) or (value == {} and ok == {}) for ok in spec.accepted):
+                shown = " or ".join(repr(v) for v in spec.accepted)
+                raise ValueError(
+                    f"{where}={value!r} is not implemented by the local engine: accepted {shown}"
+                )
+            out[key] = copy.deepcopy(value)
+            continue
+        problem = spec.check(value)
+        if problem is not None:
+            raise ValueError(f"{where}={value!r}: expected {problem}")
+        out[key] = copy.deepcopy(value)
+
+
+def check_config(raw: dict) -> tuple[dict, str | None]:
+    """Check a resolved config against `SCHEMA`.
+
+    Returns `(config, note)`: the config with NeMo RL's defaults filled in for missing used
+    keys (ignored keys kept as given), and one line naming the ignored keys (None if none).
+    Raises ValueError naming the first bad key and what it accepts.
+    """
+    if not isinstance(raw, dict):
+        raise ValueError(f"a run config must be a mapping, got {type(raw).__name__}")
+    if "gdpo" not in raw:
+        raise ValueError("the run config has no 'gdpo' block: the local engine needs gdpo.task and gdpo.estimator"
+                         " (see docs/interfaces.md, 'Run config')")
+    ignored: list = []
+    config: dict = {}
+    _walk(raw, SCHEMA, "", ignored, config)
+    _check_cross_keys(config)
+    note = None
+    if ignored:
+        shown = ", ".join(ignored[:_IGNORED_SUMMARY_LIMIT])
+        more = f" and {len(ignored) - _IGNORED_SUMMARY_LIMIT} more" if len(ignored) > _IGNORED_SUMMARY_LIMIT else ""
+        note = f"local engine: ignoring cluster-only / not-applicable keys {shown}{more}"
+    return config, note
+
+
+def _check_cross_keys(config: dict) -> None:
+    grpo, policy, gdpo = config["grpo"], config["policy"], config["gdpo"]
+    rollouts = grpo["num_prompts_per_step"] * grpo["num_generations_per_prompt"]
+    gbs = policy["train_global_batch_size"]
+    if rollouts % gbs:
+        raise ValueError(
+            f"policy.train_global_batch_size={gbs} must divide grpo.num_prompts_per_step *"
+            f" grpo.num_generations_per_prompt = {rollouts} (one optimizer step per global batch)"
+        )
+    if gbs % policy["train_micro_batch_size"]:
+        raise ValueError(
+            f"policy.train_micro_batch_size={policy['train_micro_batch_size']} must divide"
+            f" policy.train_global_batch_size={gbs}"
+        )
+    if config["loss_fn"]["force_on_policy_ratio"] and gbs != rollouts:
+        raise ValueError(
+            "loss_fn.force_on_policy_ratio=true needs policy.train_global_batch_size ="
+            f" num_prompts_per_step * num_generations_per_prompt = {rollouts}, got {gbs}"
+        )
+    if gdpo["batch_norm"] == "token" and gdpo["estimator"] != "gdpo":
+        raise ValueError(f"gdpo.batch_norm='token' only applies to gdpo.estimator='gdpo', got {gdpo['estimator']!r}")
+    kwargs = policy["optimizer"]["kwargs"]
+    if "lr" not in kwargs or not _is_number(kwargs["lr"]):
+        raise ValueError(f"policy.optimizer.kwargs.lr={kwargs.get('lr')!r}: expected a number")
+
+
+# ---------------------------------------------------------------------------------------
+# Loading YAML files and key=value overrides (the subset of Hydra's grammar NeMo RL uses).
+# ---------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: `1e-8` and `5e-6` are numbers (PyYAML's
+    YAML 1.1 rules read them as strings; NeMo RL's configs and OmegaConf treat them as floats)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str):
+    """YAML text -> Python value, with YAML 1.2 floats (see `_Loader`)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def _merge(base: dict, update: dict) -> dict:
+    """NeMo RL's inheritance: nested mappings merge, `_override_: true` replaces a section."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and value.get("_override_"):
+            out[key] = {k: v for k, v in value.items() if k != "_override_"}
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple = ()) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    if path.resolve() in seen:
+        raise ValueError(f"config file {str(path)!r} inherits from itself through 'defaults'")
+    with open(path) as handle:
+        data = parse_yaml(handle.read()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
+    parents = data.pop("defaults", None)
+    if parents is None:
+        return data
+    merged: dict = {}
+    for parent in [parents] if isinstance(parents, str) else list(parents):
+        if not isinstance(parent, str):
+            raise ValueError(f"{path}: 'defaults' must name parent YAML files, got {parent!r}")
+        merged = _merge(merged, _read_yaml(path.parent / parent, seen + (path.resolve(),)))
+    return _merge(merged, data)
+
+
+def _in_schema(parts) -> bool:
+    node = SCHEMA
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def apply_override(config: dict, override: str) -> None:
+    """Apply one `key.path=value` (key must exist in the file or in `SCHEMA`), `+key.path=value` (key must be new) or
+    `++key.path=value` (either) to `config` in place; the value is parsed as YAML."""
+    if "=" not in override:
+        raise ValueError(f"override {override!r} is not key=value (e.g. grpo.seed=3)")
+    key, raw_value = override.split("=", 1)
+    mode = "set"
+    if key.startswith("++"):
+        key, mode = key[2:], "force"
+    elif key.startswith("+"):
+        key, mode = key[1:], "add"
+    parts = key.split(".")
+    if not all(parts):
+        raise ValueError(f"override {override!r} has an empty key part")
+    value = parse_yaml(raw_value) if raw_value != "" else ""
+    if mode == "set" and _in_schema(parts):
+        mode = "force"  # a key the engine knows may be set even when the file leaves it out
+    node = config
+    for depth, part in enumerate(parts[:-1]):
+        if part not in node or not isinstance(node[part], dict):
+            if mode == "set":
+                raise ValueError(f"override {override!r}: {'.'.join(parts[:depth + 1])!r} is not in the config"
+                                 " (use +key=value to add a key)")
+            node[part] = {}
+        node = node[part]
+    last = parts[-1]
+    if mode == "set" and last not in node:
+        raise ValueError(f"override {override!r}: {key!r} is not in the config (use +{key}=value to add it)")
+    if mode == "add" and last in node:
+        raise ValueError(f"override {override!r}: {key!r} is already in the config (use {key}=value)")
+    node[last] = value
+
+
+def _resolve(config: dict) -> dict:
+    """Resolve `${...}` interpolations (and NeMo RL's `${mul:a,b}`) with OmegaConf."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("mul"):
+        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
+    try:
+        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    except Exception as err:  # OmegaConf's errors name the key; keep its message
+        raise ValueError(f"config interpolation failed: {err}") from None
+
+
+def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
+    """Read a run config YAML (with NeMo RL `defaults:` inheritance), apply overrides,
+    resolve interpolations and check it. Returns `(config, ignored-keys note)`."""
+    config = _read_yaml(Path(path))
+    for override in overrides:
+        apply_override(config, override)
+    return check_config(_resolve(config))
+
+
+def resolve_and_check(config: dict) -> tuple[dict, str | None]:
+    """`check_config` of an in-memory config (interpolations resolved first)."""
+    return check_config(_resolve(copy.deepcopy(config)))
+
+
+def dump_config(config: dict, path) -> None:
+    """Write the resolved config as YAML (the run dir's config.yaml)."""
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False, default_flow_style=None)

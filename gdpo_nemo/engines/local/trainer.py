@@ -1,0 +1,623 @@
+"""The local engine's GRPO / GDPO trainer: one process, torch + transformers.
+
+One training step, as in the paper (and NeMo RL's `grpo_train`):
+
+    1. sample     G completions for each of the step's prompts (KV-cached, batched)
+    2. score      every reward component r_k of every completion
+    3. advantages A = compute_advantages(r_1..r_K, groups, estimator)   (GRPO or GDPO)
+    4. ratio      r_t = pi_theta(y_t) / pi_old(y_t) per response token
+    5. clip       loss = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)) (+ beta KL_k3)
+    6. step       AdamW on each global batch (micro-batches accumulate), grad clipping
+
+`train(config, run_dir)` runs a whole run from a checked config (`config.load_run_config`)
+and writes the run dir of docs/interfaces.md: config.yaml, metrics.jsonl, checkpoints/,
+wandb/, DONE.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gdpo_nemo.engines.local import checkpoint as ckpt
+from gdpo_nemo.engines.local.config import dump_config
+from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
+from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
+from gdpo_nemo.run_id import RunId
+
+DONE_FILE = "DONE"
+CONFIG_FILE = "config.yaml"
+# Keys that may change between a run and its resume (they do not touch the trajectory).
+RESUMABLE_CHANGES = ("grpo.max_num_steps", "logger.", "gdpo.local.progress", "checkpointing.keep_top_k")
+
+
+# ---------------------------------------------------------------------------------------
+# Data: prompts of the task, tokenized once, served in a seeded order.
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptSet:
+    """Examples of one split with their chat prompts tokenized (`ids[i]`: list of token ids)."""
+
+    examples: list
+    ids: list
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def tokenize_prompts(tokenizer, examples, *, chat_template_kwargs=None, max_length=None, log=print) -> PromptSet:
+    """Apply the chat template (with the assistant turn opened) to every example; drop
+    prompts longer than `max_length` tokens (`data.max_input_seq_length`) with a note."""
+    kept, ids = [], []
+    for example in examples:
+        text = tokenizer.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True,
+                                             **(chat_template_kwargs or {}))
+        tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if max_length is not None and len(tokens) > max_length:
+            continue
+        kept.append(example)
+        ids.append(tokens)
+    if len(kept) < len(examples):
+        log(f"dropped {len(examples) - len(kept)} of {len(examples)} prompts longer than data.max_input_seq_length={max_length}")
+    return PromptSet(kept, ids)
+
+
+def left_pad(sequences: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, P] ids and mask of token lists, padded on the left."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    return ids, mask
+
+
+@dataclass
+class DataOrder:
+    """Which prompts each step uses: a fresh seeded permutation per epoch (or file order when
+    `data.shuffle` is false); incomplete last batches are dropped, as NeMo RL's loader does.
+    `position` = {"epoch", "offset"} is saved in checkpoints."""
+
+    size: int
+    batch: int
+    shuffle: bool
+    seed: int
+    position: dict = field(default_factory=lambda: {"epoch": 0, "offset": 0})
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.size // self.batch
+
+    def _order(self, epoch: int) -> list:
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def next_batch(self) -> list:
+        if self.position["offset"] + self.batch > self.size:
+            self.position = {"epoch": self.position["epoch"] + 1, "offset": 0}
+        start = self.position["offset"]
+        indices = self._order(self.position["epoch"])[start:start + self.batch]
+        self.position = {"epoch": self.position["epoch"], "offset": start + self.batch}
+        return indices
+
+
+def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, PromptSet | None, object]:
+    """Train and validation prompts of `gdpo.task` and the task's reward set."""
+    from gdpo_nemo.tasks import get_task
+
+    gdpo, grpo, data = config["gdpo"], config["grpo"], config["data"]
+    local = gdpo["local"]
+    task = get_task(gdpo["task"], **local["task_options"])
+    reward_set = task.reward_set(gdpo["reward_components"], length_limit=gdpo["length_limit"],
+                                 conditioned_length=gdpo["conditioned_length"])
+    seed = grpo["seed"]
+    train_size = local["train_size"] or grpo["num_prompts_per_step"] * math.ceil(grpo["max_num_steps"] / grpo["max_num_epochs"])
+
+    def load(split, limit):
+        if local["data_source"] == "file":
+            section = data.get("train" if split == "train" else "validation") or {}
+            path = section.get("data_path") if isinstance(section, dict) else None
+            if not path:
+                raise ValueError(f"gdpo.local.data_source='file' needs data.{'train' if split == 'train' else 'validation'}.data_path")
+            return task.load(split, source="file", path=path, limit=limit)
+        return task.load(split, source="offline", limit=limit, seed=seed)
+
+    kwargs = dict(chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
+                  max_length=data["max_input_seq_length"], log=log)
+    train_set = tokenize_prompts(tokenizer, load("train", train_size), **kwargs)
+    if len(train_set) < grpo["num_prompts_per_step"]:
+        raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
+                         f"{grpo['num_prompts_per_step']}")
+    wants_validation = grpo["val_period"] > 0 or grpo["val_at_start"] or grpo["val_at_end"]
+    val_set = tokenize_prompts(tokenizer, load("validation", grpo["max_val_samples"]), **kwargs) if wants_validation else None
+    return train_set, val_set, reward_set
+
+
+# ---------------------------------------------------------------------------------------
+# Optimizer and LR schedule from policy.optimizer / policy.scheduler (NeMo RL's shapes).
+# ---------------------------------------------------------------------------------------
+
+
+def build_optimizer(model, policy: dict):
+    name = policy["optimizer"]["name"]
+    kwargs = dict(policy["optimizer"]["kwargs"])
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    cls = torch.optim.AdamW if name == "torch.optim.AdamW" else torch.optim.Adam
+    try:
+        return cls(model.parameters(), **kwargs)
+    except TypeError as err:
+        raise ValueError(f"policy.optimizer.kwargs={kwargs}: {err}") from None
+
+
+def build_scheduler(optimizer, spec):
+    """NeMo RL's `policy.scheduler`: a list of `{name, kwargs}` entries (torch.optim.lr_scheduler
+    classes) plus an optional `{milestones: [...]}` entry that chains them with SequentialLR;
+    a single `{name, kwargs}` mapping; or null (constant LR). Stepped once per GRPO step."""
+    if spec is None:
+        return None
+    entries = [spec] if isinstance(spec, dict) else list(spec)
+    milestones = None
+    schedulers = []
+    for index, entry in enumerate(entries):
+        where = f"policy.scheduler[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}={entry!r}: expected {{name, kwargs}} or {{milestones}}")
+        if "milestones" in entry and "name" not in entry:
+            milestones = list(entry["milestones"])
+            continue
+        name = entry.get("name", "")
+        prefix = "torch.optim.lr_scheduler."
+        cls = getattr(torch.optim.lr_scheduler, name[len(prefix):], None) if name.startswith(prefix) else None
+        if cls is None:
+            raise ValueError(f"{where}.name={name!r}: expected a torch.optim.lr_scheduler class, e.g. "
+                             "'torch.optim.lr_scheduler.LinearLR'")
+        try:
+            schedulers.append(cls(optimizer, **(entry.get("kwargs") or {})))
+        except TypeError as err:
+            raise ValueError(f"{where}.kwargs: {err}") from None
+    if not schedulers:
+        return None
+    if len(schedulers) == 1:
+        return schedulers[0]
+    if milestones is None or len(milestones) != len(schedulers) - 1:
+        raise ValueError(f"policy.scheduler: {len(schedulers)} schedulers need a {{milestones: [...]}} entry with "
+                         f"{len(schedulers) - 1} values")
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, schedulers, milestones)
+
+
+# ---------------------------------------------------------------------------------------
+# The pieces of one step.
+# ---------------------------------------------------------------------------------------
+
+
+def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) -> tuple[dict, list]:
+    """Decode every completion and score it: ({name: Tensor[N] float32}, texts)."""
+    from gdpo_nemo.rewards.base import RewardDataError
+
+    texts = tokenizer.batch_decode(
+        [ids[mask.bool()] for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
+        skip_special_tokens=True,
+    )
+    lengths = rollouts.lengths.tolist()
+    tests = [e.tests for e in examples] if any(e.tests is not None for e in examples) else None
+    try:
+        scores = reward_set.score_batch(texts, [e.ground_truth for e in examples], num_tokens=lengths, tests=tests)
+    except RewardDataError as err:  # bad ground truth in our data: keep going, say so
+        log(f"reward data error (rows scored lowest): {err}")
+        scores = err.partial
+    return {name: torch.tensor(values, dtype=torch.float32) for name, values in scores.items()}, texts
+
+
+def advantages_for(rewards: dict, group_ids: torch.Tensor, gdpo: dict, completion_mask: torch.Tensor) -> torch.Tensor:
+    """[N] advantages of the step from the registry (`gdpo_nemo.advantages`)."""
+    from gdpo_nemo.advantages import compute_advantages
+
+    return compute_advantages(
+        rewards,
+        group_ids,
+        gdpo["estimator"],
+        preset=gdpo["preset"],
+        reward_weights=gdpo["reward_weights"],
+        leave_one_out=gdpo["leave_one_out"],
+        std_ddof=gdpo["std_ddof"],
+        eps=gdpo["eps"],
+        token_mask=completion_mask if gdpo["batch_norm"] == "token" else None,
+    )
+
+
+def reward_metrics(rewards: dict, prefix: str) -> dict:
+    """`<prefix>/reward` (mean of the component sum, NeMo RL's total_reward) and
+    `<prefix>/reward/<name>` (mean of each component)."""
+    total = torch.stack(list(rewards.values())).sum(0)
+    metrics = {f"{prefix}/reward": float(total.mean())}
+    metrics.update({f"{prefix}/reward/{name}": float(values.mean()) for name, values in rewards.items()})
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------
+# The run.
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    last_metrics: dict
+    wall_time_s: float
+
+
+def _device_and_dtype(local: dict):
+    device = local["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("gdpo.local.device='cuda' but no CUDA device is available: use 'cpu' or 'auto'")
+    return torch.device(device), getattr(torch, local["dtype"])
+
+
+def _config_differences(old: dict, new: dict, prefix: str = "") -> list:
+    keys = sorted(set(old) | set(new))
+    out = []
+    for key in keys:
+        where = f"{prefix}{key}"
+        a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_differences(a, b, where + ".")
+        elif a != b:
+            out.append(where)
+    return out
+
+
+def load_initial_policy(config: dict, log=print):
+    """The starting policy `(model, tokenizer)`: `policy.model_name`, warm-started first when
+    `gdpo.local.warm_start.enabled` (cached; see warm_start.py)."""
+    from gdpo_nemo.engines.local.models import load_policy, load_pretrained, prepare_tokenizer
+
+    seed = config["grpo"]["seed"]
+    policy = config["policy"]
+    if config["gdpo"]["local"]["warm_start"]["enabled"]:
+        from gdpo_nemo.engines.local.warm_start import warm_start_checkpoint
+
+        model, tokenizer = load_pretrained(warm_start_checkpoint(config, log=log))
+    else:
+        model, tokenizer = load_policy(policy["model_name"], seed=seed, log=log)
+    if policy["tokenizer"]["name"] not in (None, policy["model_name"]):
+        from transformers import AutoTokenizer
+
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(policy["tokenizer"]["name"]))
+    return model, tokenizer
+
+
+def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | None = None, log=print) -> RunResult:
+    """Run (or resume) one local-engine training run of a checked config.
+
+    Args:
+        config: a checked run config (`config.load_run_config` / `resolve_and_check`).
+        run_dir: where config.yaml, metrics.jsonl, checkpoints/ and wandb/ go.
+        resume: continue from the newest checkpoint in `run_dir` (fresh start if none).
+        ignored_note: the config checker's line about ignored keys, printed once.
+    """
+    from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+    from gdpo_nemo.tracking import Tracker
+
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    grpo, policy, gdpo = config["grpo"], config["policy"], config["gdpo"]
+    local, generation, logger_cfg = gdpo["local"], policy["generation"], config["logger"]
+    if ignored_note:
+        log(ignored_note)
+
+    latest = ckpt.latest_checkpoint(run_dir) if resume else None
+    config_path = run_dir / CONFIG_FILE
+    if latest is not None and config_path.exists():
+        import yaml
+
+        saved = yaml.safe_load(config_path.read_text())
+        changed = [k for k in _config_differences(saved, config) if not k.startswith(RESUMABLE_CHANGES)]
+        if changed:
+            raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
+                             " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
+    if resume and latest is None:
+        log(f"--resume: no checkpoint in {run_dir / ckpt.CHECKPOINTS}; starting from step 0")
+    dump_config(config, config_path)
+    (run_dir / DONE_FILE).unlink(missing_ok=True)
+
+    # ---- seeds, model, data ------------------------------------------------------------
+    seed = grpo["seed"]
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if local["num_threads"]:
+        torch.set_num_threads(local["num_threads"])
+    device, dtype = _device_and_dtype(local)
+    model, tokenizer = load_initial_policy(config, log=log)
+    model.to(device=device, dtype=dtype)
+    loss_config = LossConfig.from_config(config["loss_fn"])
+    reference = None
+    if loss_config.reference_policy_kl_penalty > 0:  # frozen copy of the starting policy
+        import copy
+
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    train_set, val_set, reward_set = load_prompt_sets(config, tokenizer, log=log)
+    # -1 is no token: with ignore_eos only explicit stop_token_ids end a completion.
+    stop_ids = [-1 if local["ignore_eos"] else tokenizer.eos_token_id] + list(generation["stop_token_ids"] or [])
+    pad_id = tokenizer.pad_token_id
+
+    optimizer = build_optimizer(model, policy)
+    scheduler = build_scheduler(optimizer, policy["scheduler"])
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    order = DataOrder(len(train_set), grpo["num_prompts_per_step"], config["data"]["shuffle"], seed)
+    total_steps = min(grpo["max_num_steps"], grpo["max_num_epochs"] * order.steps_per_epoch)
+    group_size = grpo["num_generations_per_prompt"]
+
+    start_step = 0
+    if latest is not None:
+        restored = ckpt.load_checkpoint(latest[1], model=model, optimizer=optimizer, scheduler=scheduler,
+                                        generator=generator)
+        start_step = restored["step"]
+        order.position = restored["data_position"]
+        log(f"resumed from {latest[1]} (step {start_step})")
+
+    run_id = RunId.from_config(config)
+    tracker = Tracker(
+        run_dir,
+        config=config,
+        name=logger_cfg["wandb"]["name"] or run_id.name,
+        group=logger_cfg["wandb"]["group"] or run_id.group,
+        project=logger_cfg["wandb"]["project"],
+        entity=logger_cfg["wandb"]["entity"],
+        wandb_enabled=logger_cfg["wandb_enabled"],
+        resume_step=start_step if latest is not None else None,
+    )
+
+    def generate(prompt_ids, prompt_mask, groups, temperature, top_k, top_p, sampler):
+        budget = policy["max_total_sequence_length"] - prompt_ids.shape[1]
+        if budget < 1:
+            raise ValueError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
+                             f" for a completion after a {prompt_ids.shape[1]}-token prompt")
+        return sample_completions(
+            model, prompt_ids.to(device), prompt_mask.to(device), group_size=groups,
+            max_new_tokens=min(generation["max_new_tokens"], budget), temperature=temperature, top_k=top_k,
+            top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id, generator=sampler,
+            batch_size=policy["generation_batch_size"],
+        )
+
+    def validate(step: int) -> dict:
+        """validation/accuracy (mean reward sum, NeMo RL's multi-reward meaning),
+        validation/avg_length and validation/reward/<name>. Sampling uses its own
+        generator seeded from (seed, step), so validation never shifts training's randomness."""
+        model.eval()
+        k = grpo["val_num_generations_per_prompt"]
+        temperature = generation["val_temperature"] if generation["val_temperature"] is not None else generation["temperature"]
+        sampler = torch.Generator(device="cpu").manual_seed(seed * 7919 + step + 1)
+        rewards, lengths, shown = {}, [], 0
+        batch = grpo["val_batch_size"]
+        for start in range(0, len(val_set), batch):
+            examples = val_set.examples[start:start + batch]
+            ids, mask = left_pad(val_set.ids[start:start + batch], pad_id)
+            rollouts = generate(ids, mask, k, temperature, generation["val_top_k"], generation["val_top_p"], sampler)
+            repeated = [e for e in examples for _ in range(k)]
+            scores, texts = score(reward_set, tokenizer, rollouts, repeated, log=log)
+            for name, values in scores.items():
+                rewards.setdefault(name, []).append(values)
+            lengths.append(rollouts.lengths.float())
+            while shown < logger_cfg["num_val_samples_to_print"] and shown < len(texts):
+                log(f"[validation step {step}] {texts[shown]!r}")
+                shown += 1
+        rewards = {name: torch.cat(parts) for name, parts in rewards.items()}
+        metrics = reward_metrics(rewards, "validation")
+        metrics["validation/accuracy"] = metrics["validation/reward"]
+        metrics["validation/avg_length"] = float(torch.cat(lengths).mean())
+        return metrics
+
+    progress = _progress_bar(total_steps, start_step, enabled=local["progress"])
+    metrics: dict = {}
+    exit_code = 1
+    try:
+        if grpo["val_at_start"] and start_step == 0 and val_set is not None:
+            tracker.log(validate(0), step=0)
+
+        for step in range(start_step + 1, total_steps + 1):
+            t_step, cpu_step = time.perf_counter(), time.process_time()
+            indices = order.next_batch()
+            examples = [train_set.examples[i] for i in indices]
+            prompt_ids, prompt_mask = left_pad([train_set.ids[i] for i in indices], pad_id)
+
+            # 1. sample G completions per prompt with the current policy (= pi_old)
+            model.eval()
+            t0 = time.perf_counter()
+            rollouts = generate(prompt_ids, prompt_mask, group_size, generation["temperature"], None, None, generator)
+            t_generation = time.perf_counter() - t0
+            group_ids = torch.arange(len(indices)).repeat_interleave(group_size)
+            completion_mask = rollouts.completion_mask
+
+            # 2. score every reward component
+            t0 = time.perf_counter()
+            group_examples = [e for e in examples for _ in range(group_size)]
+            rewards, _ = score(reward_set, tokenizer, rollouts, group_examples, log=log)
+            t_reward = time.perf_counter() - t0
+
+            # 3. advantages from the registry: GRPO sums then normalizes, GDPO normalizes each r_k
+            advantages = advantages_for(rewards, group_ids, gdpo, completion_mask)
+
+            # reference logprobs for the KL term (only when beta > 0)
+            reference_logprobs = None
+            if reference is not None:
+                with torch.no_grad():
+                    reference_logprobs = torch.cat([
+                        _logprobs_of_rows(reference, rollouts, rows, generation["temperature"], device)
+                        for rows in _chunks(range(len(group_ids)), policy["logprob_batch_size"])
+                    ])
+
+            # 4-6. ratio, clip, step: one optimizer step per global batch, micro-batches accumulate
+            t0 = time.perf_counter()
+            model.train()
+            update = _policy_update(model, optimizer, rollouts, advantages, reference_logprobs, loss_config,
+                                    policy, generation["temperature"], device)
+            if scheduler is not None:
+                scheduler.step()
+            model.eval()
+            t_training = time.perf_counter() - t0
+
+            # ---- metrics of the step (NeMo RL names + ours) ----
+            mask = completion_mask.bool()
+            token_advantages = advantages[:, None].expand_as(completion_mask)[mask]
+            metrics = {
+                **reward_metrics(rewards, "train"),
+                "train/loss": update["loss"],
+                "train/grad_norm": update["grad_norm"],
+                "train/kl_penalty": update["kl_penalty"],
+                "train/probs_ratio": update["probs_ratio"],
+                "train/probs_ratio_clamped": update["probs_ratio_clamped"],
+                "train/clip_fraction": update["clip_fraction"],
+                "train/lr": optimizer.param_groups[0]["lr"],
+                "train/advantages/mean": float(token_advantages.mean()) if token_advantages.numel() else 0.0,
+                "train/advantages/max": float(token_advantages.max()) if token_advantages.numel() else 0.0,
+                "train/advantages/min": float(token_advantages.min()) if token_advantages.numel() else 0.0,
+                "train/mean_gen_tokens_per_sample": float(rollouts.lengths.float().mean()),
+                "train/truncation_rate": float(rollouts.truncated.float().mean()),
+                "train/global_valid_toks": int(completion_mask.sum()),
+                "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
+                **{f"train/adv/zero_std_frac/{name}": value
+                   for name, value in zero_std_fraction(rewards, group_ids).items()},
+                "timing/train/generation": t_generation,
+                "timing/train/reward_calculation": t_reward,
+                "timing/train/policy_training": t_training,
+            }
+            run_validation = val_set is not None and (
+                (grpo["val_period"] > 0 and step >= grpo["val_start_at"] and step % grpo["val_period"] == 0)
+                or (grpo["val_at_end"] and step == total_steps)
+            )
+            if run_validation:
+                t0 = time.perf_counter()
+                metrics.update(validate(step))
+                metrics["timing/validation/total_validation_time"] = time.perf_counter() - t0
+            metrics["timing/train/total_step_time"] = time.perf_counter() - t_step
+            # CPU seconds of all threads: less sensitive than wall time to other processes
+            metrics["timing/train/total_step_cpu_time"] = time.process_time() - cpu_step
+
+            # checkpoint before logging: a step is in metrics.jsonl only if it can be resumed
+            # from or is re-run identically after a kill
+            if config["checkpointing"]["enabled"] and (step % config["checkpointing"]["save_period"] == 0 or step == total_steps):
+                ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
+                                     generator=generator, data_position=order.position,
+                                     keep=config["checkpointing"]["keep_top_k"])
+            tracker.log(metrics, step=step)
+            progress.update(1)
+            progress.set_postfix_str(_postfix(metrics, reward_set.names))
+        (run_dir / DONE_FILE).write_text(f"{total_steps}\n")
+        exit_code = 0
+    finally:
+        progress.close()
+        tracker.close(exit_code=exit_code)
+    return RunResult(run_dir, total_steps, metrics, time.perf_counter() - started)
+
+
+def _chunks(rows, size: int):
+    rows = list(rows)
+    for start in range(0, len(rows), size):
+        yield rows[start:start + size]
+
+
+def _logprobs_of_rows(model, rollouts: Rollouts, rows, temperature: float, device) -> torch.Tensor:
+    """[len(rows), C] logprobs of the completions of `rows` (consecutive rows of one prompt
+    share its forward pass: `shared_prompt_logprobs`)."""
+    index = torch.as_tensor(rows, dtype=torch.long)
+    _, counts = torch.unique_consecutive(rollouts.prompt_index[index], return_counts=True)
+    firsts = index[torch.cumsum(counts, 0) - counts]
+    return shared_prompt_logprobs(model, rollouts.prompt_ids[firsts].to(device), rollouts.prompt_mask[firsts].to(device),
+                                  counts, rollouts.completion_ids[index].to(device),
+                                  rollouts.completion_mask[index].to(device), temperature)
+
+
+def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_logprobs, loss_config: LossConfig,
+                   policy: dict, temperature: float, device) -> dict:
+    """Steps 4-6 over the whole rollout batch: for each global batch of
+    `train_global_batch_size` rows, accumulate micro-batch gradients of the clipped loss
+    (normalized by the global batch's token / sample count), clip, step."""
+    rows_total = rollouts.completion_ids.shape[0]
+    global_batch = policy["train_global_batch_size"]
+    micro_batch = policy["train_micro_batch_size"]
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    totals = {"loss": 0.0, "kl_penalty": 0.0, "probs_ratio_sum": 0.0, "probs_ratio_clamped_sum": 0.0,
+              "clipped_tokens": 0.0}
+    grad_norms, tokens_seen, num_global = [], 0.0, rows_total // global_batch
+    for start in range(0, rows_total, global_batch):
+        batch_rows = list(range(start, start + global_batch))
+        valid_tokens = float(rollouts.completion_mask[batch_rows].sum())
+        optimizer.zero_grad(set_to_none=True)
+        for rows in _chunks(batch_rows, micro_batch):
+            index = torch.as_tensor(rows, dtype=torch.long)
+            completion_mask = rollouts.completion_mask[index].to(device)
+            # 4. ratio: logprobs of the sampled tokens under the current weights
+            logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
+            width = logprobs.shape[1]
+            # 5. clip: NeMo RL's ClippedPGLossFn
+            loss, parts = clipped_pg_loss(
+                logprobs,
+                rollouts.logprobs[index, :width].to(device),
+                advantages[index].to(device=device, dtype=logprobs.dtype),
+                completion_mask[:, :width],
+                loss_config,
+                global_valid_tokens=valid_tokens,
+                global_valid_samples=float(len(batch_rows)),
+                reference_logprobs=None if reference_logprobs is None else reference_logprobs[index, :width].to(device),
+                generation_logprobs=rollouts.logprobs[index, :width].to(device),
+            )
+            loss.backward()
+            for key in totals:
+                totals[key] += parts[key]
+        # 6. step: clip the global gradient norm, AdamW
+        max_norm = policy["max_grad_norm"]
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf)
+        grad_norms.append(float(norm))
+        optimizer.step()
+        tokens_seen += valid_tokens
+    optimizer.zero_grad(set_to_none=True)
+    return {
+        "loss": totals["loss"] / num_global,
+        "kl_penalty": totals["kl_penalty"] / num_global,
+        "grad_norm": sum(grad_norms) / len(grad_norms),
+        "probs_ratio": totals["probs_ratio_sum"] / max(tokens_seen, 1.0),
+        "probs_ratio_clamped": totals["probs_ratio_clamped_sum"] / max(tokens_seen, 1.0),
+        "clip_fraction": totals["clipped_tokens"] / max(tokens_seen, 1.0),
+    }
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, text):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress_bar(total: int, done: int, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="train", unit="step", dynamic_ncols=True)
+
+
+def _postfix(metrics: dict, names) -> str:
+    parts = [f"{name}={metrics.get(f'train/reward/{name}', float('nan')):.2f}" for name in names]
+    parts.append(f"{metrics.get('timing/train/total_step_time', 0.0):.1f}s/step")
+    return " ".join(parts)
+

@@ -1,0 +1,128 @@
+"""The analysis on real run dirs made by the local engine (tiny model, 2 seeds x GRPO/GDPO).
+
+`engine_runs` trains four 3-step runs of `configs/local/tiny.yaml` with the real trainer,
+W&B offline on, once per test session (tests/test_notebooks.py reuses the same folder).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo.analysis.load import load_source
+from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
+from gdpo_nemo.run_id import RunId
+
+ESTIMATORS = ("grpo", "gdpo")
+SEEDS = (0, 1)
+STEPS = 3
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_engine_runs(root: Path) -> Path:
+    """Train (or reuse, when already complete) the four tiny runs under `root`."""
+    import os
+
+    import wandb
+
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.trainer import train
+
+    os.environ["WANDB_MODE"] = "offline"
+    for estimator in ESTIMATORS:
+        for seed in SEEDS:
+            config, _ = load_run_config(REPO / "configs" / "local" / "tiny.yaml", [
+                f"gdpo.estimator={estimator}", f"gdpo.algo={estimator}", f"grpo.seed={seed}",
+                f"grpo.max_num_steps={STEPS}", "gdpo.experiment=analysis", "logger.wandb_enabled=true"])
+            run_dir = root / RunId.from_config(config).name
+            if not (run_dir / "DONE").exists():
+                train(config, run_dir, log=lambda *args: None)
+    wandb.teardown()  # flush wandb-core's offline files before anyone reads them
+    return root
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory) -> Path:
+    return make_engine_runs(tmp_path_factory.getbasetemp() / "engine_runs")
+
+
+def test_engine_run_dirs_load_as_finished_runs_of_both_estimators(engine_runs):
+    ds = load_source(engine_runs, cache_dir=None)
+    assert sorted(ds.runs["run_id"]) == sorted(RunId("analysis", "gsm8k", "tiny", e, s).name for e in ESTIMATORS for s in SEEDS)
+    assert set(ds.runs["status"]) == {"finished"}
+    assert set(ds.runs["last_step"]) == {STEPS} and set(ds.runs["max_steps"]) == {STEPS}
+    assert set(ds.runs["estimator"]) == set(ESTIMATORS)
+    assert set(ds.runs["reward_components"]) == {"format,correctness,integer"}  # the gsm8k default set
+    assert ds.problems.empty, ds.problems.to_dict("records")
+
+
+def test_engine_metrics_equal_the_jsonl_the_engine_wrote(engine_runs):
+    from gdpo_nemo.tracking import read_metrics
+
+    ds = load_source(engine_runs, cache_dir=None)
+    for run_id in ds.runs["run_id"]:
+        for record in read_metrics(engine_runs / run_id):
+            step = record.pop("step")
+            for key, value in record.items():
+                got = ds.metrics[(ds.metrics["run_id"] == run_id) & (ds.metrics["step"] == step) & (ds.metrics["metric"] == key)]["value"]
+                if value is None:  # the tracker writes NaN as null: reported, not a number
+                    assert got.empty
+                else:
+                    assert got.tolist() == [pytest.approx(float(value))], (run_id, step, key)
+    for metric in ("train/reward/format", "train/reward/correctness", "train/adv/distinct_groups"):
+        assert (ds.metrics["metric"] == metric).sum() == len(ESTIMATORS) * len(SEEDS) * STEPS
+
+
+def test_engine_wandb_offline_files_hold_the_same_numbers(engine_runs):
+    from gdpo_nemo.tracking import read_metrics
+
+    files = find_offline_runs(engine_runs)
+    assert len(files) == len(ESTIMATORS) * len(SEEDS)
+    for path in files:
+        log = read_offline_run(path)
+        assert log.status == "finished"
+        assert log.config["gdpo"]["experiment"] == "analysis"
+        run_dir = engine_runs / log.run_id.name
+        for record in read_metrics(run_dir):
+            step = record.pop("step")
+            for key, value in record.items():
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    assert float(log.rows[step][key]) == pytest.approx(float(value)), (path, step, key)
+
+
+def test_report_command_on_engine_runs(engine_runs, tmp_path, capsys):
+    from gdpo_nemo.cli import main
+
+    out = tmp_path / "report"
+    code = main(["report", "--source", str(engine_runs), "--out", str(out), "--quiet", "--no-cache", "--seeds", "0-1"])
+    assert code == 0, capsys.readouterr().err
+    stem = "analysis__gsm8k__tiny"
+    for name in (f"figures/curves__{stem}.png", f"figures/curves__{stem}.pdf", f"figures/advantage_groups__{stem}.png",
+                 "figures/fig3_advantage_groups.png", "tables/table1.md", "tables/table1.tex", "tables/table5.tex",
+                 "tables/weight_ablation.md", "tables/training_summary.md", "runs.csv", "problems.md", "README.md"):
+        assert (out / name).stat().st_size > 0, name
+    summary = (out / "tables" / "training_summary.md").read_text()
+    assert "| gdpo |" in summary and "| grpo |" in summary and "n=2" in summary
+    readme = (out / "README.md").read_text()
+    assert f"![curves__{stem}](figures/curves__{stem}.png)" in readme
+    assert "4 run(s)" in readme
+
+
+def test_report_on_an_empty_folder_says_so_and_writes_nothing(tmp_path, capsys):
+    from gdpo_nemo.cli import main
+
+    (tmp_path / "empty").mkdir()
+    code = main(["report", "--source", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--quiet", "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 1 and "no runs found in" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_on_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
+    from gdpo_nemo.cli import main
+
+    code = main(["report", "--source", str(tmp_path / "nope"), "--quiet", "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 2 and "nope" in err and "does not exist" in err
