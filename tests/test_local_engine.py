@@ -205,6 +205,23 @@ def test_resume_with_a_changed_algorithm_key_is_refused(tmp_path):
         train(tiny_config("grpo.max_num_steps=2", "gdpo.estimator=grpo"), tmp_path, resume=True)
 
 
+def test_resume_accepts_a_run_saved_before_a_key_with_a_default_existed(tmp_path):
+    """A code upgrade that adds a config key (filled by its default) between a run and its
+    resume is not a change of settings; a changed value of that key still is."""
+    import yaml
+
+    train(tiny_config("grpo.max_num_steps=1"), tmp_path)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    del saved["loss_fn"]["kl_input_clamp_value"]  # as if written before the key existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    lines = []
+    train(tiny_config("grpo.max_num_steps=2"), tmp_path, resume=True, log=lines.append)
+    assert any("resumed from" in line for line in lines)
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    with pytest.raises(ValueError, match="kl_input_clamp_value"):
+        train(tiny_config("grpo.max_num_steps=3", "loss_fn.kl_input_clamp_value=5.0"), tmp_path, resume=True)
+
+
 def test_warm_start_runs_once_and_is_reused_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GDPO_NEMO_CACHE", str(tmp_path / "cache"))
     overrides = ("grpo.max_num_steps=1", "gdpo.local.warm_start.enabled=true", "gdpo.local.warm_start.steps=2",

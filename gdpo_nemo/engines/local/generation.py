@@ -202,12 +202,7 @@ def sequence_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                    use_cache=False, logits_to_keep=width + 1).logits[:, :-1, :]
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    logp = logits.float().log_softmax(-1).gather(-1, completion_ids[:, :, None]).squeeze(-1)
-    if width < full_width:
-        logp = torch.cat([logp, logp.new_zeros((logp.shape[0], full_width - width))], dim=1)
-    return logp
+    return _token_logprobs(logits, completion_ids, temperature, full_width)
 
 
 def shared_prompt_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, counts: Tensor,
@@ -249,9 +244,16 @@ def shared_prompt_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, count
         logits.append(model(input_ids=completion_ids[:, :width - 1], attention_mask=attention,
                             position_ids=positions, past_key_values=cache, use_cache=True).logits)
     logits = torch.cat(logits, dim=1)
+    return _token_logprobs(logits, completion_ids, temperature, full_width)
+
+
+def _token_logprobs(logits: Tensor, completion_ids: Tensor, temperature: float, full_width: int) -> Tensor:
+    """log-probabilities of `completion_ids` [n, width] under `logits` [n, width, V] (divided
+    by the sampling temperature), zero-padded on the right to `full_width` columns."""
     if temperature not in (0, 1):
         logits = logits / temperature
     logp = logits.float().log_softmax(-1).gather(-1, completion_ids[:, :, None]).squeeze(-1)
+    width = logp.shape[1]
     if width < full_width:
         logp = torch.cat([logp, logp.new_zeros((logp.shape[0], full_width - width))], dim=1)
     return logp

@@ -268,6 +268,17 @@ def _device_and_dtype(local: dict):
     return torch.device(device), getattr(torch, local["dtype"])
 
 
+def _with_current_defaults(saved: dict) -> dict:
+    """The run's saved config with keys added since it was written filled by today's
+    defaults, so that a code upgrade between a run and its resume is not a "change"."""
+    from gdpo_nemo.engines.local.config import resolve_and_check
+
+    try:
+        return resolve_and_check(saved)[0]
+    except ValueError:
+        return saved  # a key that no longer validates: compare as saved, the diff names it
+
+
 def _config_differences(old: dict, new: dict, prefix: str = "") -> list:
     keys = sorted(set(old) | set(new))
     out = []
@@ -327,7 +338,8 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         import yaml
 
         saved = yaml.safe_load(config_path.read_text())
-        changed = [k for k in _config_differences(saved, config) if not k.startswith(RESUMABLE_CHANGES)]
+        changed = [k for k in _config_differences(_with_current_defaults(saved), config)
+                   if not k.startswith(RESUMABLE_CHANGES)]
         if changed:
             raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
                              " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
