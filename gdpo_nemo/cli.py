@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("gdpo_nemo.config_cli", "compose, show and list the paper's run configs"),
     "sweep": ("gdpo_nemo.sweep", "render, submit, watch and cancel a Slurm sweep"),
     "report": ("gdpo_nemo.report", "regenerate the paper's tables and figures from logs"),
+    "eval": ("gdpo_nemo.eval_cli", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
 }
 
 
