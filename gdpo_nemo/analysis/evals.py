@@ -88,6 +88,17 @@ def read_eval_file(path: Path, default_run: RunId | None, problems: list) -> Run
     return log
 
 
+def bfcl_summary_run_id(score_dir: Path) -> RunId | None:
+    """The ``run_id`` that `gdpo-nemo eval` recorded next to a BFCL score folder
+    (``eval/bfcl/step_<N>.json``), for BFCL results outside a run dir (a base model)."""
+    summary = score_dir.parent.parent / f"{score_dir.parent.name}.json"
+    try:
+        name = json.loads(summary.read_text()).get("run_id")
+        return RunId.parse(name) if name else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def read_bfcl_score_dir(score_dir: Path, run_id: RunId, problems: list) -> RunLog | None:
     """A BFCL ``score/`` folder (one model) as ``eval/bfcl/*`` rows at its step."""
     step = int(BFCL_STEP_DIR.match(score_dir.parent.name).group(1))

@@ -218,9 +218,10 @@ def load_directory(root: str | Path, problems: list) -> list[RunLog]:
             logs.append(log)
     for score_dir in evals.find_bfcl_score_dirs(root):
         owner = score_dir.parent.parent.parent.parent
-        run_id = run_dirs.get(owner) or _identify(owner, {})
+        run_id = run_dirs.get(owner) or _identify(owner, {}) or evals.bfcl_summary_run_id(score_dir)
         if run_id is None:
-            problems.append(("", "no_run_id", f"{score_dir}: BFCL scores outside a run dir; skipped"))
+            problems.append(("", "no_run_id", f"{score_dir}: BFCL scores outside a run dir and no run_id in"
+                             f" {score_dir.parent.name}.json next to them; skipped"))
             continue
         log = evals.read_bfcl_score_dir(score_dir, run_id, problems)
         if log:

@@ -1,0 +1,108 @@
+"""`gdpo-nemo eval`: evaluate a model or a training checkpoint on the paper's benchmarks.
+
+    gdpo-nemo eval --task {toolcall,math,code} --model PATH_OR_NAME [--benchmarks ...]
+        [--samples K] [--backend hf|vllm] [--data-dir data/eval] [--file NAME=PATH ...]
+        [--out RUN_DIR] [--run-id ID] [--step N] [--max-new-tokens T] [--exceed-limit L]
+
+Defaults are the paper's evaluation settings (shared/REFERENCE.md): 16 samples per
+question, temperature 0.6, top_p 0.95, 32k new tokens, Exceed over 4,000 tokens; BFCL is
+greedy with one sample. On a CPU pass smaller values. Results go to
+`<RUN_DIR>/eval/<benchmark>/step_<N>.json` (docs/eval.md), which `gdpo-nemo report` reads.
+When `--model` is a local-engine checkpoint `<run_dir>/checkpoints/step_<N>`, RUN_DIR and
+N default to that run and step.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+PAPER_DEFAULTS = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768, "exceed_limit": 4000}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, choices=("toolcall", "math", "code"))
+    parser.add_argument("--model", required=True, help="builtin:smollm2-135m, a checkpoint dir, or a hub name")
+    parser.add_argument("--benchmarks", nargs="+", default=None,
+                        help="math: math aime amc minerva olympiad; code: apps codecontests codeforces taco;"
+                             " toolcall: BFCL v3 categories (default: all of the task's)")
+    parser.add_argument("--samples", type=int, default=None, help="responses per question (default 16; BFCL 1)")
+    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"))
+    parser.add_argument("--data-dir", default="data/eval", help="where <benchmark>.jsonl files are (default data/eval)")
+    parser.add_argument("--file", action="append", default=[], metavar="NAME=PATH", help="a benchmark's file")
+    parser.add_argument("--limit", type=int, default=None, help="BFCL: first N entries per category")
+    parser.add_argument("--out", default=None, help="run dir the eval/ folder goes in (default: the checkpoint's run)")
+    parser.add_argument("--run-id", default=None, help="run id to record (default: the run dir's)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step to record (default: the checkpoint's, else 0)")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--exceed-limit", type=int, default=PAPER_DEFAULTS["exceed_limit"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences decoded together (hf backend)")
+
+
+def _files(pairs: list) -> dict:
+    files = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--file {pair!r}: expected NAME=PATH, e.g. --file aime=data/aime24.jsonl")
+        files[name] = path
+    return files
+
+
+def _run_id(out: Path, given: str | None) -> str | None:
+    if given:
+        return given
+    config = out / "config.yaml"
+    if config.is_file():
+        import yaml
+
+        from gdpo_nemo.run_id import RunId
+
+        try:
+            return RunId.from_config(yaml.safe_load(config.read_text())).name
+        except (KeyError, TypeError, ValueError):
+            return None
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from gdpo_nemo.evaluation.backends import make_backend, resolve_model
+
+    for key in ("samples", "max_new_tokens", "limit", "batch_size"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+    ref = resolve_model(args.model)
+    out = Path(args.out) if args.out else ref.run_dir
+    if out is None:
+        raise ValueError("--out RUN_DIR is needed when --model is not a local-engine checkpoint"
+                         " (results go to RUN_DIR/eval/<benchmark>/step_<N>.json)")
+    step = args.step if args.step is not None else (ref.step if ref.step is not None else 0)
+    run_id = _run_id(out, args.run_id)
+    files = _files(args.file)
+    backend = make_backend(args.backend, args.model, seed=args.seed, device=args.device, batch_size=args.batch_size)
+    if args.task == "toolcall":
+        from gdpo_nemo.evaluation import bfcl
+
+        results = bfcl.run_bfcl(backend, categories=args.benchmarks, out_dir=out, run_id=run_id, step=step,
+                                limit=args.limit, max_new_tokens=args.max_new_tokens or 1024,
+                                temperature=args.temperature if args.temperature is not None else 0.0)
+    else:
+        from gdpo_nemo.evaluation.runner import TASK_BENCHMARKS, run_benchmarks
+
+        samples = args.samples or PAPER_DEFAULTS["samples"]
+        results = run_benchmarks(
+            args.task, args.benchmarks or list(TASK_BENCHMARKS[args.task]), backend, data_dir=Path(args.data_dir),
+            out_dir=out, run_id=run_id, step=step, samples=samples,
+            max_new_tokens=args.max_new_tokens or PAPER_DEFAULTS["max_new_tokens"],
+            temperature=args.temperature if args.temperature is not None else PAPER_DEFAULTS["temperature"],
+            top_p=args.top_p if args.top_p is not None else PAPER_DEFAULTS["top_p"],
+            exceed_limit=args.exceed_limit, files=files)
+    failed = [name for name, values in results.items() if "error" in values]
+    print(f"eval: {len(results) - len(failed)} of {len(results)} benchmark(s) written under {out / 'eval'}"
+          + (f"; skipped: {', '.join(failed)}" if failed else ""))
+    return 1 if failed and len(failed) == len(results) else 0

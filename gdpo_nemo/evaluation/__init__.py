@@ -1,0 +1,1 @@
+"""Evaluation of trained checkpoints on the paper's benchmarks (docs/eval.md)."""

@@ -1,0 +1,148 @@
+"""Run the math and code evaluations and write the files the analysis reads.
+
+For each benchmark, writes (docs/analysis.md, "Eval files")::
+
+    <run_dir>/eval/<benchmark>/step_<N>.json        {"run_id", "step", "benchmark", "samples",
+                                                     "metrics": {...}, "problems": [...], ...}
+    <run_dir>/eval/<benchmark>/step_<N>.responses.jsonl   every response with its scores
+
+Math metrics: ``acc`` (pass@1 over k samples by math-verify), ``exceed`` (share of
+responses over `exceed_limit` tokens). Code: ``pass`` (mean fraction of tests passed, the
+pass reward), ``exceed``, ``bug`` (share of programs that did not run cleanly). Rows that
+could not be read count as failed questions, and are listed under ``problems``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gdpo_nemo.evaluation import datasets, metrics
+from gdpo_nemo.tasks.base import chat
+from gdpo_nemo.tasks.prompts import CODE_SYSTEM_PROMPT, math_user_prompt
+
+TASK_BENCHMARKS = {"math": datasets.MATH_BENCHMARKS, "code": datasets.CODE_BENCHMARKS}
+
+
+def benchmark_file(data_dir: Path, name: str) -> Path:
+    """`<data_dir>/<name>.jsonl`, or `.json` when only that exists."""
+    for suffix in datasets.FORMATS:
+        candidate = Path(data_dir) / f"{name}{suffix}"
+        if candidate.is_file():
+            return candidate
+    return Path(data_dir) / f"{name}.jsonl"
+
+
+def _write(out_dir: Path, bench_name: str, step: int, payload: dict, responses: list) -> Path:
+    folder = out_dir / "eval" / bench_name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"step_{step}.json"
+    with open(folder / f"step_{step}.responses.jsonl", "w") as handle:
+        for row in responses:
+            handle.write(json.dumps(row) + "\n")
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(target)  # the analysis never sees half a file
+    return target
+
+
+def evaluate_math(bench: datasets.Benchmark, backend, *, samples: int, max_new_tokens: int, temperature: float,
+                  top_p: float, exceed_limit: int, progress=None, verifier=None) -> tuple[dict, list]:
+    """(metrics, response rows) of one math benchmark."""
+    from gdpo_nemo.rewards.math_rewards import score_batch
+
+    readable = [item for item in bench.items if item.error is None]
+    prompts = [chat(None, math_user_prompt(item.question)) for item in readable]
+    generated = backend.generate(prompts, samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                 top_p=top_p, progress=progress) if prompts else []
+    by_index = dict(zip((item.index for item in readable), generated))
+    correct, lengths, truncated, rows = [], [], [], []
+    for item in bench.items:
+        responses = by_index.get(item.index, [])
+        if responses:
+            scores, _ = score_batch([r.text for r in responses], [item.reference] * len(responses),
+                                    components=["correctness"], verifier=verifier)
+            values = scores["correctness"]
+        else:
+            values = []
+        correct.append(values)
+        for response, value in zip(responses, values):
+            lengths.append(response.num_tokens)
+            truncated.append(response.truncated)
+            rows.append({"index": item.index, "answer": item.reference, "response": response.text,
+                         "num_tokens": response.num_tokens, "truncated": response.truncated, "correct": value})
+        if item.error:
+            rows.append({"index": item.index, "error": item.error})
+    return {"acc": metrics.pass_at_1(correct), "exceed": metrics.exceed_share(lengths, exceed_limit, truncated)}, rows
+
+
+def evaluate_code(bench: datasets.Benchmark, backend, *, samples: int, max_new_tokens: int, temperature: float,
+                  top_p: float, exceed_limit: int, progress=None) -> tuple[dict, list]:
+    """(metrics, response rows) of one code benchmark; every program runs in the sandbox."""
+    from gdpo_nemo.rewards.code import score_code_batch
+
+    readable = [item for item in bench.items if item.error is None]
+    prompts = [chat(CODE_SYSTEM_PROMPT, item.question) for item in readable]
+    generated = backend.generate(prompts, samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                 top_p=top_p, progress=progress) if prompts else []
+    by_index = dict(zip((item.index for item in readable), generated))
+    flat = [(item, r) for item in readable for r in by_index[item.index]]
+    scores = score_code_batch([r.text for _, r in flat], [item.reference for item, _ in flat],
+                              components=["pass", "bug"]) if flat else {"pass": [], "bug": []}
+    pass_rates, bug_free, lengths, truncated, rows = [], [], [], [], []
+    per_item: dict = {}
+    for (item, response), p, b in zip(flat, scores["pass"], scores["bug"]):
+        per_item.setdefault(item.index, []).append(p)
+        bug_free.append(b)
+        lengths.append(response.num_tokens)
+        truncated.append(response.truncated)
+        rows.append({"index": item.index, "response": response.text, "num_tokens": response.num_tokens,
+                     "truncated": response.truncated, "pass": p, "bug": b})
+    for item in bench.items:
+        if item.error:
+            bug_free.extend([0.0] * samples)  # an unreadable problem is a failed program per sample
+            rows.append({"index": item.index, "error": item.error})
+    pass_rate = metrics.mean_pass_fraction([per_item.get(item.index, []) for item in bench.items])
+    return {"pass": pass_rate, "exceed": metrics.exceed_share(lengths, exceed_limit, truncated),
+            "bug": metrics.bug_ratio(bug_free)}, rows
+
+
+def run_benchmarks(task: str, benchmarks: list, backend, *, data_dir: Path, out_dir: Path, run_id: str | None,
+                   step: int, samples: int, max_new_tokens: int, temperature: float, top_p: float,
+                   exceed_limit: int, files: dict | None = None, log=print) -> dict:
+    """Evaluate each benchmark; a missing file is reported and skipped (the others still
+    run). Returns {benchmark: metrics or {"error": message}}."""
+    from tqdm import tqdm
+
+    if task not in TASK_BENCHMARKS:
+        raise ValueError(f"--task {task!r}: this runner takes {', '.join(TASK_BENCHMARKS)} (toolcall: gdpo_nemo.evaluation.bfcl)")
+    unknown = [b for b in benchmarks if b not in TASK_BENCHMARKS[task]]
+    if unknown:
+        raise ValueError(f"--benchmarks {unknown}: not {task} benchmarks; accepted: {', '.join(TASK_BENCHMARKS[task])}")
+    results = {}
+    for name in benchmarks:
+        path = Path((files or {}).get(name) or benchmark_file(data_dir, name))
+        try:
+            bench = (datasets.load_math if task == "math" else datasets.load_code)(name, path)
+        except (FileNotFoundError, ValueError) as err:
+            log(f"eval {name}: skipped: {err}")
+            results[name] = {"error": str(err)}
+            continue
+        for problem in bench.problems:
+            log(f"eval {name}: unreadable row counted as failed: {problem}")
+        started = time.perf_counter()
+        with tqdm(total=sum(item.error is None for item in bench.items), desc=f"eval {name}", unit="q") as bar:
+            evaluate = evaluate_math if task == "math" else evaluate_code
+            values, rows = evaluate(bench, backend, samples=samples, max_new_tokens=max_new_tokens,
+                                    temperature=temperature, top_p=top_p, exceed_limit=exceed_limit, progress=bar.update)
+        payload = {"run_id": run_id, "step": step, "benchmark": name, "samples": samples, "metrics": values,
+                   "questions": len(bench.items), "unreadable_rows": len(bench.problems), "problems": bench.problems,
+                   "file": str(path), "exceed_limit": exceed_limit, "max_new_tokens": max_new_tokens,
+                   "temperature": temperature, "top_p": top_p, "seconds": round(time.perf_counter() - started, 2)}
+        if run_id is None:
+            del payload["run_id"]
+        target = _write(out_dir, name, step, payload, rows)
+        log(f"eval {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in values.items()) + f" -> {target}")
+        results[name] = values
+    return results
