@@ -205,3 +205,23 @@ def test_a_started_runs_config_is_kept_when_the_experiment_changes(tmp_path):
     assert kept == [started]
     assert layout.config_path(started).read_text() == "steps: 10\n"  # resumes as it started
     assert layout.config_path(fresh).read_text() == "steps: 20\n"  # never submitted: follows the experiment
+
+
+def test_with_eval_renders_an_eval_job_per_local_run_and_refuses_what_it_cannot_evaluate(tmp_path, capsys):
+    profile = profile_file(tmp_path, eval_args=["--samples", "4", "--benchmarks", "aime"])
+    rc, out, err = sweep(capsys, "smoke", "--cluster", profile, "--dry-run", "--with-eval", "--only", "task=math",
+                         "--sweep-dir", tmp_path / "s")
+    assert rc == 0, err
+    scripts = sorted((tmp_path / "s").rglob("*.eval.sbatch"))
+    assert scripts and len(scripts) == len(list((tmp_path / "s").rglob("*__math__*.sbatch"))) - len(scripts)
+    text = scripts[0].read_text()
+    assert "gdpo_nemo.cli eval --task math --model \"$checkpoint\" --samples 4 --benchmarks aime" in text
+    sbatch = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --job-name=smoke__math__tiny__gdpo__seed0.eval" in sbatch or any(".eval" in l for l in sbatch)
+    assert not any("--dependency" in l or "--requeue" in l for l in sbatch)  # afterok comes on sbatch's command line
+    assert f"==> {scripts[0]} <==" in out
+    rc, _, err = sweep(capsys, "smoke", "--cluster", profile, "--dry-run", "--with-eval", "--only", "task=gsm8k",
+                       "--sweep-dir", tmp_path / "g")
+    assert rc == 2 and "task gsm8k has no evaluation benchmarks" in err
+    rc, _, err = sweep(capsys, "toolcall", "--cluster", "example", "--dry-run", "--with-eval", "--sweep-dir", tmp_path / "t")
+    assert rc == 2 and "local-engine runs only" in err

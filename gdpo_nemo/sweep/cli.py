@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default=None,
                         help="nemo: NeMo RL through ray.sub; local: gdpo-nemo train"
                         " (default: each run's cluster config, e.g. smoke -> local, toolcall -> nemo)")
+    parser.add_argument("--with-eval", action="store_true",
+                        help="also render (and with --submit, submit) an evaluation job per run that starts when its"
+                        " training job succeeds (--dependency=afterok) and runs `gdpo-nemo eval` on its newest"
+                        " checkpoint with the profile's eval_args; local engine only")
     parser.add_argument("--sweep-dir", type=Path, default=None,
                         help="where the sweep's files go (default: sweeps/<experiment> under the current directory)")
 
@@ -99,6 +103,7 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
+    evals = _eval_scripts(plans, profile, layout) if args.with_eval else {}
     if not submit:
         existing = mf.Manifest.load(layout.manifest)
         if existing:  # never overwrite the scripts of another profile's or engine's sweep
@@ -106,6 +111,8 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         _write(plans, layout, existing)
         for plan in plans:
             print(f"==> {plan.script_path} <==\n{plan.script}")
+            if plan.name in evals:
+                print(f"==> {evals[plan.name][0]} <==\n{evals[plan.name][1]}")
         print(f"{len(plans)} run(s) of {args.experiment} rendered into {layout.root} for profile"
               f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
         return 0
@@ -115,7 +122,34 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         manifest.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
         _write(plans, layout, manifest)
         # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
-        return _submit(manifest, plans, cwd=Path.cwd())
+        return _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
+
+
+def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLayout) -> dict:
+    """{run name: (path, text)} of the evaluation job of each run (`--with-eval`), written now."""
+    from gdpo_nemo.sweep.render import EVAL_TASKS, render_eval_script
+
+    nemo = [plan.name for plan in plans if plan.engine != "local"]
+    if nemo:
+        raise SweepError(f"--with-eval attaches evaluation jobs to local-engine runs only, and {nemo[0]}"
+                         f" ({len(nemo)} run(s)) runs on NeMo RL: convert its checkpoints to HF and run"
+                         " `gdpo-nemo eval --backend vllm` on them (docs/eval.md)")
+    no_eval = [plan for plan in plans if plan.run_id.task not in EVAL_TASKS]
+    if no_eval:
+        tasks = ", ".join(sorted({plan.run_id.task for plan in no_eval}))
+        raise SweepError(f"--with-eval: task {tasks} has no evaluation benchmarks (tasks with one:"
+                         f" {', '.join(EVAL_TASKS)}); e.g. run {no_eval[0].name}; use --only task=...")
+    scripts = {}
+    for plan in plans:
+        path = plan.script_path.with_name(f"{plan.name}.eval.sbatch")
+        text = render_eval_script(run_id=plan.run_id, profile=profile, run_dir=plan.run_dir,
+                                  log_path=layout.root / "logs" / f"{plan.name}.eval-%j.out", workdir=Path.cwd())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+        path.chmod(0o755)
+        scripts[plan.name] = (path, text)
+    return scripts
 
 
 def _write(plans: list[RunPlan], layout: SweepLayout, manifest: mf.Manifest | None) -> None:
@@ -129,7 +163,7 @@ def _write(plans: list[RunPlan], layout: SweepLayout, manifest: mf.Manifest | No
         )
 
 
-def _submit(manifest: mf.Manifest, plans: list[RunPlan], *, cwd: Path) -> int:
+def _submit(manifest: mf.Manifest, plans: list[RunPlan], *, cwd: Path, evals: dict | None = None) -> int:
     """Submit the plans that need it (see manifest.submit_action), recording each job at once."""
     for plan in plans:
         record = manifest.runs.setdefault(
@@ -153,7 +187,14 @@ def _submit(manifest: mf.Manifest, plans: list[RunPlan], *, cwd: Path) -> int:
             else:
                 job_id, state = slurm.submit(plan.script_path, cwd=cwd), "PENDING"
                 note = f"job {job_id}" + (f", resumes from {checkpoint}" if checkpoint else "")
-            record.jobs.append({"job_id": job_id, "submitted": mf.now(), "resume_from": checkpoint})
+            job = {"job_id": job_id, "submitted": mf.now(), "resume_from": checkpoint}
+            if evals and plan.name in evals:
+                stale = [j["eval_job_id"] for j in record.jobs if j.get("eval_job_id")]
+                if stale:  # waits on a training job that will never succeed now
+                    slurm.cancel(stale[-1:])
+                job["eval_job_id"] = slurm.submit(evals[plan.name][0], cwd=cwd, dependency=f"afterok:{job_id}")
+                note += f"; eval job {job['eval_job_id']} after it"
+            record.jobs.append(job)
             record.state, record.updated = state, mf.now()
             manifest.save()  # after every submission, so a crash never loses a job id
         elif action == "leave":

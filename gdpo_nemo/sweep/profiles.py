@@ -41,6 +41,7 @@ KEYS: dict[str, str] = {
     "python": "Python interpreter for local-engine jobs (default: the one running gdpo-nemo)",
     "setup": "shell lines run at the top of every job (module load, source a venv, ...)",
     "sbatch_extra": "extra sbatch options, one per item, e.g. --qos=high",
+    "eval_args": "arguments added to `gdpo-nemo eval` in the evaluation job of --with-eval, e.g. [--samples, \"4\"]",
 }
 REQUIRED = ("account", "partition", "time", "gpus_per_node")
 NEMO_REQUIRED = ("container", "nemo_rl_dir")
@@ -72,6 +73,7 @@ class ClusterProfile:
     python: str | None = None
     setup: tuple[str, ...] = field(default=())
     sbatch_extra: tuple[str, ...] = field(default=())
+    eval_args: tuple[str, ...] = field(default=())
 
     @property
     def node_gres(self) -> str | None:
@@ -213,4 +215,5 @@ def parse_profile(raw: object, *, name: str, path: Path) -> ClusterProfile:
         python=text("python", optional=True),
         setup=strings("setup"),
         sbatch_extra=strings("sbatch_extra"),
+        eval_args=strings("eval_args"),
     )

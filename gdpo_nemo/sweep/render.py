@@ -150,3 +150,30 @@ def render_script(
         )
     template = (TEMPLATE_DIR / f"{engine}.sbatch").read_text()
     return fill(template, values)
+
+
+# The benchmarks that evaluate each training task (docs/eval.md); gsm8k has none in the paper.
+EVAL_TASKS = {"toolcall": "toolcall", "math": "math", "code": "code"}
+
+
+def render_eval_script(*, run_id: RunId, profile: ClusterProfile, run_dir: Path, log_path: Path,
+                       workdir: Path) -> str:
+    """The sbatch script of a local-engine run's evaluation job (`--with-eval`)."""
+    q = shlex.quote
+    directives = sbatch_directives(profile, "local", job_name=f"{run_id.name}.eval", log_path=log_path, nodes=1,
+                                   workdir=workdir)
+    # the afterok dependency comes on sbatch's command line; a requeue would re-evaluate
+    directives = [d for d in directives if d not in ("#SBATCH --dependency=singleton", "#SBATCH --requeue")]
+    values = {
+        "run_name": run_id.name,
+        "experiment": run_id.experiment,
+        "profile": profile.name,
+        "sbatch_directives": "\n".join(directives),
+        "setup": "\n".join(profile.setup),
+        "repo_root": q(str(REPO_ROOT)),
+        "run_dir": q(str(run_dir)),
+        "python": q(profile.python or sys.executable),
+        "eval_task": EVAL_TASKS[run_id.task],
+        "eval_args": " ".join(q(a) for a in profile.eval_args),
+    }
+    return fill((TEMPLATE_DIR / "eval.sbatch").read_text(), values)

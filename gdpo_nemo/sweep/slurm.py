@@ -53,9 +53,11 @@ def _run(argv: list[str], *, cwd: Path | None = None) -> subprocess.CompletedPro
         raise SlurmError(f"`{' '.join(argv)}` did not answer within {_TIMEOUT_S}s") from None
 
 
-def submit(script: Path, *, cwd: Path) -> str:
-    """Submit `script` with sbatch from directory `cwd`; return the job id."""
-    proc = _run(["sbatch", "--parsable", str(script)], cwd=cwd)
+def submit(script: Path, *, cwd: Path, dependency: str | None = None) -> str:
+    """Submit `script` with sbatch from directory `cwd` (after `dependency`, e.g.
+    "afterok:123", when given); return the job id."""
+    extra = [f"--dependency={dependency}"] if dependency else []
+    proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=cwd)
     if proc.returncode != 0:
         raise SlurmError(f"sbatch {script} failed (exit {proc.returncode}): {proc.stderr.strip()}")
     # --parsable prints "jobid" or "jobid;cluster"
