@@ -3,11 +3,13 @@
     gdpo-nemo eval --task {toolcall,math,code} --model PATH_OR_NAME [--benchmarks ...]
         [--samples K] [--backend hf|vllm] [--data-dir data/eval] [--file NAME=PATH ...]
         [--out RUN_DIR] [--run-id ID] [--step N] [--max-new-tokens T] [--exceed-limit L]
+        [--limit N] [--ids ID ...]                                  (BFCL)
 
 Defaults are the paper's evaluation settings (shared/REFERENCE.md): 16 samples per
 question, temperature 0.6, top_p 0.95, 32k new tokens, Exceed over 4,000 tokens; BFCL is
-greedy with one sample. On a CPU pass smaller values. Results go to
-`<RUN_DIR>/eval/<benchmark>/step_<N>.json` (docs/eval.md), which `gdpo-nemo report` reads.
+greedy with one sample (every category, single- and multi-turn). On a CPU pass smaller
+values. Results go to `<RUN_DIR>/eval/<benchmark>/step_<N>.json` (docs/eval.md), which
+`gdpo-nemo report` reads.
 When `--model` is a local-engine checkpoint `<run_dir>/checkpoints/step_<N>`, RUN_DIR and
 N default to that run and step.
 """
@@ -15,6 +17,7 @@ N default to that run and step.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 PAPER_DEFAULTS = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768, "exceed_limit": 4000}
@@ -25,12 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="builtin:smollm2-135m, a checkpoint dir, or a hub name")
     parser.add_argument("--benchmarks", nargs="+", default=None,
                         help="math: math aime amc minerva olympiad; code: apps codecontests codeforces taco;"
-                             " toolcall: BFCL v3 categories (default: all of the task's)")
+                             " toolcall: BFCL v3 categories or the groups all, live, non_live, multi_turn"
+                             " (default: all of the task's)")
     parser.add_argument("--samples", type=int, default=None, help="responses per question (default 16; BFCL 1)")
     parser.add_argument("--backend", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--data-dir", default="data/eval", help="where <benchmark>.jsonl files are (default data/eval)")
     parser.add_argument("--file", action="append", default=[], metavar="NAME=PATH", help="a benchmark's file")
     parser.add_argument("--limit", type=int, default=None, help="BFCL: first N entries per category")
+    parser.add_argument("--ids", nargs="+", default=None,
+                        help="BFCL: exactly these entries (e.g. simple_0 live_simple_0-0-0 multi_turn_base_3)")
     parser.add_argument("--out", default=None, help="run dir the eval/ folder goes in (default: the checkpoint's run)")
     parser.add_argument("--run-id", default=None, help="run id to record (default: the run dir's)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step to record (default: the checkpoint's, else 0)")
@@ -40,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exceed-limit", type=int, default=PAPER_DEFAULTS["exceed_limit"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--batch-size", type=int, default=16, help="sequences decoded together (hf backend)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="sequences decoded together (hf backend); BFCL: also the entries in flight")
 
 
 def _files(pairs: list) -> dict:
@@ -84,21 +91,41 @@ def run(args: argparse.Namespace) -> int:
     step = args.step if args.step is not None else (ref.step if ref.step is not None else 0)
     run_id = _run_id(out, args.run_id)
     files = _files(args.file)
-    backend = make_backend(args.backend, args.model, seed=args.seed, device=args.device, batch_size=args.batch_size)
+    # bad options fail here, before a model is loaded
     if args.task == "toolcall":
         from gdpo_nemo.evaluation import bfcl
 
-        results = bfcl.run_bfcl(backend, categories=args.benchmarks, out_dir=out, run_id=run_id, step=step,
-                                limit=args.limit, max_new_tokens=args.max_new_tokens or 1024,
-                                temperature=args.temperature if args.temperature is not None else 0.0)
+        if args.ids and args.benchmarks:
+            raise ValueError("--ids names the BFCL entries (and so their categories): leave out --benchmarks")
+        if args.samples not in (None, 1):
+            raise ValueError(f"--samples {args.samples}: BFCL scores one response per entry (bfcl-eval's rule)")
+        bfcl.check_ids(args.ids or [])
+        bfcl.check_categories(args.benchmarks)
+        bfcl.bfcl_python()
     else:
-        from gdpo_nemo.evaluation.runner import TASK_BENCHMARKS, run_benchmarks
+        from gdpo_nemo.evaluation.runner import TASK_BENCHMARKS, check_benchmarks, run_benchmarks
 
+        if args.limit is not None or args.ids:
+            raise ValueError(f"--limit and --ids select BFCL entries (--task toolcall), not {args.task} questions")
+        benchmarks = check_benchmarks(args.task, args.benchmarks or list(TASK_BENCHMARKS[args.task]))
+        stray = sorted(set(files) - set(benchmarks))
+        if stray:
+            raise ValueError(f"--file {stray[0]}=...: not among the benchmarks to run ({', '.join(benchmarks)})")
+    backend = make_backend(args.backend, args.model, seed=args.seed, device=args.device, batch_size=args.batch_size)
+    if args.task == "toolcall":
+        try:
+            results = bfcl.run_bfcl(backend, categories=args.benchmarks, ids=args.ids, out_dir=out, run_id=run_id,
+                                    step=step, limit=args.limit, max_new_tokens=args.max_new_tokens or 1024,
+                                    temperature=args.temperature if args.temperature is not None else 0.0,
+                                    threads=args.batch_size)
+        except RuntimeError as err:  # bfcl-eval's process failed: its log is named in the message
+            print(f"gdpo-nemo eval: bfcl: {err}", file=sys.stderr)
+            return 1
+    else:
         samples = args.samples or PAPER_DEFAULTS["samples"]
         results = run_benchmarks(
-            args.task, args.benchmarks or list(TASK_BENCHMARKS[args.task]), backend, data_dir=Path(args.data_dir),
-            out_dir=out, run_id=run_id, step=step, samples=samples,
-            max_new_tokens=args.max_new_tokens or PAPER_DEFAULTS["max_new_tokens"],
+            args.task, benchmarks, backend, data_dir=Path(args.data_dir), out_dir=out, run_id=run_id, step=step,
+            samples=samples, max_new_tokens=args.max_new_tokens or PAPER_DEFAULTS["max_new_tokens"],
             temperature=args.temperature if args.temperature is not None else PAPER_DEFAULTS["temperature"],
             top_p=args.top_p if args.top_p is not None else PAPER_DEFAULTS["top_p"],
             exceed_limit=args.exceed_limit, files=files)

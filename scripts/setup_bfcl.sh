@@ -6,7 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BFCL_VERSION=2025.7.17
-PYTHON=${PYTHON:-python3}
+# bfcl-eval's pins (numpy 1.26.4, tree-sitter 0.21.3) have no wheels for Python 3.13: use
+# 3.11 or 3.12 when the default python3 is newer.
+if [ -z "${BFCL_PYTHON:-}" ]; then
+  for candidate in python3.11 python3.12 python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info >= (3, 13))'; then
+      BFCL_PYTHON=$candidate; break
+    fi
+  done
+fi
+PYTHON=${BFCL_PYTHON:?"setup_bfcl: needs Python 3.11 or 3.12 (bfcl-eval's pins have no 3.13 wheels); set BFCL_PYTHON"}
 if [ ! -x .venv-bfcl/bin/python ]; then
   echo "setup_bfcl: creating .venv-bfcl with $($PYTHON --version)"
   "$PYTHON" -m venv .venv-bfcl

@@ -139,6 +139,17 @@ def test_code_metrics_of_hand_made_programs_run_in_the_sandbox():
     assert [r["pass"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
 
 
+def test_a_call_based_problem_gets_its_starter_code_and_its_tests_call_the_function():
+    bench = datasets.load_code("taco", DATA / "taco.jsonl")
+    question = bench.items[1].question
+    assert "```python\ndef sum_even(numbers):\n```" in question and "Write the function `sum_even`" in question
+    square = "```python\nn = int(input())\nprint(n * n)\n```"
+    function = "```python\ndef sum_even(numbers):\n    return sum(x for x in numbers if x % 2 == 0)\n```"
+    values, rows = evaluate_code(bench, Replay([[square], [function]]), samples=1, max_new_tokens=100, temperature=0,
+                                 top_p=1, exceed_limit=4000)
+    assert values == {"pass": 1.0, "exceed": 0.0, "bug": 0.0}
+
+
 # ---------------------------------------------------------------------------------------
 # End to end with real models, through the CLI, into the analysis
 # ---------------------------------------------------------------------------------------
@@ -206,104 +217,15 @@ def test_cli_bad_input_is_one_line_naming_the_problem(tmp_path):
     done = _eval("--task", "math", "--model", "builtin:tiny", "--data-dir", tmp_path, "--out", tmp_path,
                  "--samples", 1, "--max-new-tokens", 4)
     assert done.returncode == 1 and "skipped" in done.stdout + done.stderr
-
-
-# ---------------------------------------------------------------------------------------
-# BFCL-v3 through bfcl-eval's own evaluator (in its virtualenv, scripts/setup_bfcl.sh)
-# ---------------------------------------------------------------------------------------
-
-
-def _bfcl_ready() -> bool:
-    from gdpo_nemo.evaluation import bfcl
-
-    try:
-        bfcl.data_dir()
-        return True
-    except ValueError:
-        return False
-
-
-needs_bfcl = pytest.mark.skipif(not _bfcl_ready(), reason="no bfcl-eval virtualenv: run bash scripts/setup_bfcl.sh")
-
-
-def test_bfcl_prompt_and_decoding_of_our_format():
-    from gdpo_nemo.evaluation import bfcl_format
-
-    entry = {"id": "simple_0", "question": [[{"role": "system", "content": "Be brief."},
-                                             {"role": "user", "content": "Area of a 10 by 5 triangle?"}]],
-             "function": [{"name": "area", "description": "Triangle area.",
-                           "parameters": {"type": "dict", "properties": {"base": {"type": "float"}}, "required": ["base"]}}]}
-    system, user = bfcl_format.entry_messages(entry)
-    assert system["content"].startswith("Be brief.") and '"type": "object"' in system["content"]
-    assert '"type": "number"' in system["content"] and "1. Name: area" in system["content"]
-    assert user["content"].endswith("<user> Area of a 10 by 5 triangle? </user>")
-    text = '<think> x </think>\n<tool_call>\n{"name": "area", "parameters": {"base": 10, "h": "5"}}\n{"name": "g", "parameters": {}}\n</tool_call>'
-    assert bfcl_format.decode_calls(text) == [{"area": {"base": 10, "h": "5"}}, {"g": {}}]
-    assert bfcl_format.decode_execute(text) == ["area(base=10, h='5')", "g()"]
-    assert bfcl_format.decode_calls("<response> none </response>") == []
-    with pytest.raises(ValueError, match="line 1 is not JSON"):
-        bfcl_format.decode_calls("<tool_call>\narea(base=10)\n</tool_call>")
-    assert bfcl_format.correct_format(text, "live_simple")
-    assert not bfcl_format.correct_format(text, "live_irrelevance")
-    assert bfcl_format.correct_format("<think> no tool fits </think>\n<response> sorry </response>", "irrelevance")
-
-
-@needs_bfcl
-def test_bfcl_hand_made_responses_scored_by_bfcl_eval_and_read_by_the_analysis(tmp_path):
-    from gdpo_nemo.analysis.load import load_source
-    from gdpo_nemo.evaluation import bfcl
-
-    right = '<think> area </think>\n<tool_call>\n{"name": "calculate_triangle_area", "parameters": {"base": 10, "height": 5}}\n</tool_call>'
-    wrong_value = right.replace('"base": 10', '"base": 11')
-    refusal = "<think> no tool fits </think>\n<response> I cannot do that with these tools. </response>"
-    call = '<think> try </think>\n<tool_call>\n{"name": "determine_body_mass_index", "parameters": {"weight": 1, "height": 2}}\n</tool_call>'
-    by_category = {"simple": [right, wrong_value, "garbage"], "irrelevance": [refusal, call, refusal]}
-
-    class Replay:
-        def __init__(self):
-            self.calls = 0
-
-        def generate(self, prompts, *, samples, **_):
-            texts = list(by_category.values())[self.calls]
-            self.calls += 1
-            return [[Response(texts[i], 7, False)] for i in range(len(prompts))]
-
-    run_dir = tmp_path / "toolcall__toolcall__qwen2.5-1.5b__gdpo__seed1"
-    bfcl.run_bfcl(Replay(), categories=["simple", "irrelevance"], out_dir=run_dir, run_id=None, step=5, limit=3,
-                  log=lambda *a: None)
-    payload = json.loads((run_dir / "eval" / "bfcl" / "step_5.json").read_text())
-    assert payload["categories"]["simple"] == {"accuracy": pytest.approx(1 / 3), "total_count": 3}
-    assert payload["categories"]["irrelevance"] == {"accuracy": pytest.approx(2 / 3), "total_count": 3}
-    # format: the two calls and the refusals fit their category's shape; garbage and a call on irrelevance do not
-    assert payload["metrics"]["correct_format"] == pytest.approx(4 / 6)
-    assert payload["complete"] is False
-    score = run_dir / "eval" / "bfcl" / "step_5" / "score"
-    first = json.loads((score / "gdpo-nemo" / "BFCL_v3_simple_score.json").read_text().splitlines()[0])
-    assert first == {"accuracy": pytest.approx(1 / 3), "correct_count": 1, "total_count": 3}
-    metrics = load_source(tmp_path, cache_dir=None, progress=False).metrics
-    names = set(metrics["metric"].astype(str))
-    assert {"eval/bfcl/correct_format", "eval/bfcl/live", "eval/bfcl/non_live", "eval/bfcl/category/simple"} <= names
-
-
-@needs_bfcl
-@pytest.mark.slow
-def test_bfcl_end_to_end_on_the_embedded_model_through_the_cli(tmp_path):
-    done = _eval("--task", "toolcall", "--model", "builtin:smollm2-135m", "--benchmarks", "simple", "live_simple",
-                 "live_irrelevance", "--limit", 2, "--max-new-tokens", 48, "--out", tmp_path,
-                 "--run-id", "toolcall__toolcall__smollm2-135m__base__seed0")
-    assert done.returncode == 0, done.stderr[-2000:]
-    payload = json.loads((tmp_path / "eval" / "bfcl" / "step_0.json").read_text())
-    assert set(payload["categories"]) == {"simple", "live_simple", "live_irrelevance"}
-    assert all(v["total_count"] == 2 for v in payload["categories"].values())
-    assert 0.0 <= payload["metrics"]["correct_format"] <= 1.0
-    for name in ("data_live.csv", "data_non_live.csv", "data_multi_turn.csv"):
-        assert (tmp_path / "eval" / "bfcl" / "step_0" / "score" / name).is_file()
-
-
-def test_bfcl_multi_turn_and_unknown_categories_are_refused_by_name():
-    from gdpo_nemo.evaluation import bfcl
-
-    with pytest.raises(ValueError, match=r"multi-turn categories \['multi_turn_base'\] are not supported yet"):
-        bfcl.check_categories(["simple", "multi_turn_base"])
-    with pytest.raises(ValueError, match=r"unknown BFCL v3 categories \['java'\]"):
-        bfcl.check_categories(["java"])
+    done = _eval("--task", "code", "--model", "builtin:tiny", "--benchmarks", "apps", "--file", "taco=x.jsonl",
+                 "--out", tmp_path)
+    assert done.returncode == 2 and "--file taco=...: not among the benchmarks to run (apps)" in done.stderr
+    done = _eval("--task", "toolcall", "--model", "builtin:tiny", "--benchmarks", "sql", "--out", tmp_path)
+    assert done.returncode == 2 and "unknown BFCL v3 categories ['sql']" in done.stderr
+    done = _eval("--task", "toolcall", "--model", "builtin:tiny", "--benchmarks", "simple", "--ids", "simple_0",
+                 "--out", tmp_path)
+    assert done.returncode == 2 and "--ids names the BFCL entries" in done.stderr
+    done = _eval("--task", "toolcall", "--model", "builtin:tiny", "--samples", 4, "--out", tmp_path)
+    assert done.returncode == 2 and "--samples 4: BFCL scores one response per entry" in done.stderr
+    done = _eval("--task", "math", "--model", "builtin:tiny", "--limit", 3, "--out", tmp_path)
+    assert done.returncode == 2 and "--limit and --ids select BFCL entries" in done.stderr

@@ -1,8 +1,12 @@
 """Generation backends of `gdpo-nemo eval`: HF (always) and vLLM (when installed).
 
 Both take chat prompts (lists of messages) and return, per prompt, `samples` responses as
-`Response(text, num_tokens, truncated)`. A model that never stops is cut at
-`max_new_tokens` and marked truncated; nothing waits longer than that.
+`Response(text, num_tokens, truncated, prompt_tokens, error)`. A model that never stops is
+cut at `max_new_tokens` and marked truncated; nothing waits longer than that. A prompt
+whose length plus `max_new_tokens` exceeds the model's context gets only the room left (and
+is marked truncated when it fills it); a prompt that fills the context by itself is not
+generated at all: its responses are empty, truncated, and carry an `error` naming the
+lengths (`token_budgets`). Either way the caller scores them as failures, never a crash.
 
 `--model` may name:
 - ``builtin:smollm2-135m`` / ``builtin:tiny`` (gdpo_nemo.engines.local.models),
@@ -27,9 +31,45 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 @dataclass
 class Response:
+    """One generated response. `num_tokens`: generated tokens; `truncated`: it hit the token
+    budget without a stop token (or was not generated: `error`)."""
+
     text: str
     num_tokens: int
     truncated: bool
+    prompt_tokens: int = 0
+    error: str | None = None
+
+
+def token_budgets(prompt_lengths: list, max_new_tokens: int, context_length: int | None) -> list:
+    """New-token budget per prompt: `max_new_tokens`, less where prompt + completion would
+    pass `context_length` (tokens); 0 where the prompt leaves no room at all."""
+    if context_length is None:
+        return [max_new_tokens] * len(prompt_lengths)
+    return [max(0, min(max_new_tokens, context_length - n)) for n in prompt_lengths]
+
+
+def length_chunks(indices: list, lengths: list, per_chunk: int, max_padding: float = 0.5) -> list:
+    """`indices` in chunks of at most `per_chunk` prompts of similar length: sorted by length,
+    a chunk closes before its left padding would exceed `max_padding` times its real tokens
+    (a 3,000-token prompt padded beside 400-token ones would multiply their prefill cost)."""
+    chunks: list = []
+    chunk: list = []
+    real = 0
+    for i in sorted(indices, key=lambda i: lengths[i]):
+        n = lengths[i]  # the longest so far: every row of the chunk is padded to it
+        if chunk and (len(chunk) >= per_chunk or n * (len(chunk) + 1) > (1 + max_padding) * (real + n)):
+            chunks.append(chunk)
+            chunk, real = [], 0
+        chunk.append(i)
+        real += n
+    return chunks + ([chunk] if chunk else [])
+
+
+def no_room(prompt_tokens: int, context_length: int, samples: int) -> list:
+    """The responses of a prompt that fills the model's context by itself."""
+    error = f"prompt of {prompt_tokens} tokens leaves no room in the model's context of {context_length} tokens"
+    return [Response("", 0, True, prompt_tokens, error) for _ in range(samples)]
 
 
 @dataclass
@@ -81,57 +121,89 @@ class HFBackend:
         self.model.to(self.device).eval()
         self.batch_size = batch_size
         self.seed = seed
+        self.context_length = getattr(self.model.config, "max_position_embeddings", None)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(self, prompts: list, *, samples: int, max_new_tokens: int, temperature: float, top_p: float,
                  progress=None) -> list:
-        """[[Response] * samples for each prompt]. `progress(n)` is called as prompts finish."""
+        """[[Response] * samples for each prompt]. `progress(n)` is called as prompts finish.
+
+        Prompts that fit the context with `max_new_tokens` to spare decode together in chunks
+        of `batch_size` sequences; the few that do not get their own, smaller budget."""
+        import torch
+
+        # seeded per call: a benchmark's samples do not depend on what ran before it
+        generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        tokenizer = self.tokenizer
+        encoded = [tokenizer(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True),
+                             add_special_tokens=False)["input_ids"] for m in prompts]
+        budgets = token_budgets([len(ids) for ids in encoded], max_new_tokens, self.context_length)
+        out: list = [None] * len(prompts)
+        full = [i for i, b in enumerate(budgets) if b == max_new_tokens]
+        per_chunk = max(1, self.batch_size // max(samples, 1))
+        groups = [(chunk, max_new_tokens) for chunk in length_chunks(full, [len(ids) for ids in encoded], per_chunk)]
+        groups += [([i], b) for i, b in enumerate(budgets) if 0 < b < max_new_tokens]
+        for i, b in enumerate(budgets):
+            if b == 0:
+                out[i] = no_room(len(encoded[i]), self.context_length, samples)
+                if progress is not None:
+                    progress(1)
+        for indices, budget in groups:
+            for i, responses in zip(indices, self._sample([encoded[i] for i in indices], samples, budget,
+                                                          temperature, top_p, generator)):
+                out[i] = responses
+            if progress is not None:
+                progress(len(indices))
+        return out
+
+    def _sample(self, prompt_ids: list, samples: int, max_new_tokens: int, temperature: float, top_p: float,
+                generator) -> list:
         import torch
 
         from gdpo_nemo.engines.local.generation import sample_completions
 
-        generator = torch.Generator(device=self.device).manual_seed(self.seed)
         tokenizer = self.tokenizer
-        out = []
-        per_chunk = max(1, self.batch_size // max(samples, 1))
-        for start in range(0, len(prompts), per_chunk):
-            chunk = prompts[start:start + per_chunk]
-            texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in chunk]
-            encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            with torch.no_grad():
-                rollouts = sample_completions(
-                    self.model, encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device),
-                    group_size=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                    top_p=top_p if top_p < 1.0 else None, stop_token_ids=[tokenizer.eos_token_id],
-                    pad_token_id=tokenizer.pad_token_id, generator=generator, batch_size=self.batch_size)
-            decoded = tokenizer.batch_decode(
-                [ids[mask.bool()] for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
-                skip_special_tokens=True)
-            lengths = rollouts.completion_mask.sum(-1).tolist()
-            truncated = rollouts.truncated.tolist()
-            for p in range(len(chunk)):
-                rows = range(p * samples, (p + 1) * samples)
-                out.append([Response(decoded[r], int(lengths[r]), bool(truncated[r])) for r in rows])
-            if progress is not None:
-                progress(len(chunk))
-        return out
+        batch = tokenizer.pad({"input_ids": prompt_ids}, return_tensors="pt")
+        with torch.no_grad():
+            rollouts = sample_completions(
+                self.model, batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device),
+                group_size=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                top_p=top_p if top_p < 1.0 else None, stop_token_ids=[tokenizer.eos_token_id],
+                pad_token_id=tokenizer.pad_token_id, generator=generator, batch_size=self.batch_size)
+        decoded = tokenizer.batch_decode(
+            [ids[mask.bool()] for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
+            skip_special_tokens=True)
+        lengths = rollouts.completion_mask.sum(-1).tolist()
+        truncated = rollouts.truncated.tolist()
+        return [[Response(decoded[r], int(lengths[r]), bool(truncated[r]), len(prompt_ids[p]))
+                 for r in range(p * samples, (p + 1) * samples)] for p in range(len(prompt_ids))]
 
 
 class VLLMBackend:
-    """vLLM adapter (GPU). Not exercised on the CPU development machine."""
+    """vLLM adapter (GPU): `vllm.LLM.chat` with one `SamplingParams(n=samples, ...)` per prompt.
+    Not exercised on the CPU development machine (docs/eval.md)."""
 
     def __init__(self, model: str, *, seed: int = 0, device: str = "cuda", batch_size: int = 0, log=print):
         try:
             from vllm import LLM
         except ImportError:
             raise ValueError("--backend vllm needs the vllm package (a GPU machine); use --backend hf here") from None
+        from gdpo_nemo.engines.local.models import BUILTIN_PREFIX, SMOLLM2, is_builtin, smollm2_checkpoint
+
         self.ref = resolve_model(model)
         if self.ref.checkpoint is not None:
             raise ValueError("--backend vllm reads transformers checkpoints; a local-engine checkpoint needs --backend hf")
-        self.llm = LLM(model=self.ref.name, seed=seed)
+        name = self.ref.name
+        if name == BUILTIN_PREFIX + SMOLLM2:
+            name = str(smollm2_checkpoint(log=log))  # the plain fp32 copy of the embedded model
+        elif is_builtin(name):
+            raise ValueError(f"--backend vllm: {name} is built in memory and has no files vLLM could load;"
+                             " use --backend hf")
+        self.llm = LLM(model=name, seed=seed)
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_length = self.llm.llm_engine.model_config.max_model_len
         self.seed = seed
 
     def count_tokens(self, text: str) -> int:
@@ -139,11 +211,19 @@ class VLLMBackend:
 
     def generate(self, prompts: list, *, samples: int, max_new_tokens: int, temperature: float, top_p: float,
                  progress=None) -> list:
+        """[[Response] * samples for each prompt]; the same budgets as `HFBackend`."""
         from vllm import SamplingParams
 
-        params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=self.seed)
-        results = self.llm.chat(prompts, params, use_tqdm=False)
-        out = [[Response(c.text, len(c.token_ids), c.finish_reason == "length") for c in r.outputs] for r in results]
+        lengths = [self.count_tokens(self.tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True))
+                   for m in prompts]
+        budgets = token_budgets(lengths, max_new_tokens, self.context_length)
+        run = [i for i, b in enumerate(budgets) if b > 0]
+        params = [SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_tokens=budgets[i], seed=self.seed)
+                  for i in run]
+        results = self.llm.chat([prompts[i] for i in run], params, use_tqdm=False) if run else []
+        out = [no_room(n, self.context_length, samples) for n in lengths]
+        for i, result in zip(run, results):
+            out[i] = [Response(c.text, len(c.token_ids), c.finish_reason == "length", lengths[i]) for c in result.outputs]
         if progress is not None:
             progress(len(prompts))
         return out

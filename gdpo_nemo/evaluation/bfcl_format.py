@@ -1,21 +1,30 @@
-"""BFCL entries in our tool-calling prompt, and our output in BFCL's decoded form.
+"""BFCL entries in our tool-calling prompt, and our output in BFCL's decoded forms.
 
-Pure functions, standard library only: the BFCL checker process (`bfcl_check.py`, run in
-the separate virtualenv that holds `bfcl-eval`) imports this module to decode responses.
+Pure functions, standard library only: the bfcl-eval process (`bfcl_worker.py`, run in the
+separate virtualenv that holds `bfcl-eval`) renders prompts and decodes responses with
+them, and the training environment reads them without bfcl-eval.
 
-Prompt: the BFCL entry's functions become the **Available Tools** of our tool-calling
-system prompt (gdpo_nemo.tasks.prompts, the ToolRL layout the models were trained on), with
-BFCL's schema type ``dict`` written as JSON Schema's ``object``; the entry's messages become
-the dialogue records (a system message of the entry is put before our system prompt).
+Prompt (the ToolRL layout the models are trained on, gdpo_nemo.tasks.prompts): the entry's
+functions become the **Available Tools** of our system prompt (BFCL's schema types ``dict``,
+``float``, ``tuple`` written as JSON Schema's ``object``, ``number``, ``array``); a system
+message of the entry goes before it. The dialogue is one user message, ToolRL's
+**Dialogue Records History**: ``<user> ... </user>`` for each user message, the model's
+earlier outputs without their ``<think>`` part (``<tool_call>`` and ``<response>`` blocks),
+and ``<obs> ... </obs>`` with the executed calls' results, one JSON line per call. Every
+step of a multi-turn entry is asked as the next answer to that history.
 
 Decoding: the first ``<tool_call>`` block, one JSON object ``{"name", "parameters"}`` per
-line, becomes BFCL's decoded AST ``[{name: {argument: value}}, ...]``; the executable form
-is ``["name(argument=value, ...)"]`` with Python literals. A block that does not parse
-raises ValueError (BFCL counts that as a decode failure); no block gives ``[]`` (no call).
+line, becomes BFCL's decoded AST ``[{name: {argument: value}}, ...]`` (values as the model
+wrote them; for Java and JavaScript bfcl-eval expects strings, as its prompt asks); the
+executable form is ``["name(argument=value, ...)"]`` with Python literals. A block that does
+not parse raises ValueError (bfcl-eval counts that as a decode failure); no block gives
+``[]`` (no call: a multi-turn step with it ends the turn).
 
-Correct Format (the paper's Table 1 column): the share of responses whose format reward
-(ToolRL's, gdpo_nemo.rewards.toolcall) is 1 for the shape the entry expects: a tool call
-for the call categories, a plain response for the irrelevance categories.
+Correct Format (the paper's Table 1 column): the share of responses whose ToolRL format
+reward (gdpo_nemo.rewards.toolcall) is 1 for the shape the entry expects: a tool call only
+for the call categories, a response only for the irrelevance ones, and any of the three
+shapes (call, response, both) for each step of a multi-turn entry, where the model decides
+when the turn is done.
 """
 
 from __future__ import annotations
@@ -28,44 +37,71 @@ from gdpo_nemo.rewards.toolcall import format_reward
 
 Tool = namedtuple("Tool", "name description schema")
 IRRELEVANCE = re.compile(r"(^|_)irrelevance$")
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 _CALL_SHAPE = '<think> </think>\n<tool_call>\n{"name": "f", "parameters": {}}\n</tool_call>'
 _RESPONSE_SHAPE = "<think> </think>\n<response> </response>"
+_BOTH_SHAPE = _CALL_SHAPE + "\n<response> </response>"
+_JSON_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
 
 
 def _json_schema(node):
     """BFCL's parameter schema with its non-standard type names made JSON Schema's."""
     if isinstance(node, dict):
         out = {k: _json_schema(v) for k, v in node.items()}
-        if out.get("type") == "dict":
-            out["type"] = "object"
-        elif out.get("type") == "float":
-            out["type"] = "number"
-        elif out.get("type") == "tuple":
-            out["type"] = "array"
+        if isinstance(out.get("type"), str) and out["type"] in _JSON_SCHEMA_TYPES:
+            out["type"] = _JSON_SCHEMA_TYPES[out["type"]]
         return out
     if isinstance(node, list):
         return [_json_schema(v) for v in node]
     return node
 
 
-def entry_messages(entry: dict, turn: int = 0) -> list:
-    """Chat messages of a single-turn BFCL entry (its first turn) in our prompt format."""
-    from gdpo_nemo.tasks.prompts import toolcall_system_prompt  # not needed by the checker process
+def system_prompt(functions: list, entry_system: list | tuple = ()) -> str:
+    """Our tool-calling system prompt listing BFCL function docs `functions` as its tools,
+    after the entry's own system messages `entry_system` (if any)."""
+    from gdpo_nemo.tasks.prompts import toolcall_system_prompt
 
-    functions = entry.get("function") or []
-    tools = [Tool(f.get("name", ""), f.get("description", ""), _json_schema(f.get("parameters", {}))) for f in functions]
-    system = toolcall_system_prompt(tools)
-    records, extra_system = [], []
-    for message in entry["question"][turn]:
+    tools = [Tool(f.get("name", ""), f.get("description", ""), _json_schema(f.get("parameters", {})))
+             for f in functions]
+    return "\n\n".join([*entry_system, toolcall_system_prompt(tools)])
+
+
+def user_record(content: str) -> str:
+    return f"<user> {content} </user>"
+
+
+def assistant_record(text: str) -> str:
+    """The model's earlier output as a history record: its ``<think>`` part dropped (the
+    history keeps calls and replies, as ToolRL's), or the stripped text if nothing is left."""
+    text = str(text).strip()
+    kept = _THINK.sub("", text).strip()
+    return kept or text
+
+
+def observation_record(calls: list, results: list) -> str:
+    """``<obs>`` with one JSON line ``{"call", "result"}`` per executed call."""
+    lines = [json.dumps({"call": call, "result": result}, ensure_ascii=False) for call, result in zip(calls, results)]
+    return "<obs>\n" + "\n".join(lines) + "\n</obs>"
+
+
+def prompt_messages(functions: list, entry_system: list | tuple, records: list) -> list:
+    """The chat messages of one query: our system prompt and the dialogue history."""
+    return [{"role": "system", "content": system_prompt(functions, entry_system)},
+            {"role": "user", "content": "**Dialogue Records History**\n" + "\n".join(records)}]
+
+
+def entry_messages(entry: dict) -> list:
+    """The chat messages of a single-turn BFCL entry (its first turn)."""
+    entry_system, records = [], []
+    for message in entry["question"][0]:
         role, content = message.get("role"), str(message.get("content", ""))
         if role == "system":
-            extra_system.append(content)
+            entry_system.append(content)
+        elif role == "assistant":
+            records.append(assistant_record(content))
         else:
-            records.append(f"<{role}> {content} </{role}>")
-    if extra_system:
-        system = "\n\n".join(extra_system + [system])
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": "**Dialogue Records History**\n" + "\n".join(records)}]
+            records.append(user_record(content))
+    return prompt_messages(entry.get("function") or [], entry_system, records)
 
 
 def decode_calls(text: str) -> list:
@@ -81,7 +117,8 @@ def decode_calls(text: str) -> list:
             call = json.loads(line)
         except (ValueError, RecursionError) as err:
             raise ValueError(f"tool call line {number} is not JSON: {err}") from None
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("parameters", {}), dict):
+        if (not isinstance(call, dict) or not isinstance(call.get("name"), str)
+                or not isinstance(call.get("parameters", {}), dict)):
             raise ValueError(f"tool call line {number} is not an object with a string name and a parameters object")
         calls.append({call["name"]: call.get("parameters", {})})
     return calls
@@ -93,7 +130,26 @@ def decode_execute(text: str) -> list:
             for call in decode_calls(text) for name, params in call.items()]
 
 
-def correct_format(text: str, category: str) -> bool:
-    """Our format reward is 1 for the shape the category expects (module docstring)."""
+def correct_format(text, category: str) -> bool:
+    """A single-turn response has the shape its category expects (module docstring)."""
+    if not isinstance(text, str):
+        return False
     shape = _RESPONSE_SHAPE if IRRELEVANCE.search(category) else _CALL_SHAPE
     return format_reward(text, shape) == 1.0
+
+
+def step_format_ok(text) -> bool:
+    """A multi-turn step is a well-formed call, response, or both."""
+    return isinstance(text, str) and any(format_reward(text, shape) == 1.0
+                                         for shape in (_CALL_SHAPE, _RESPONSE_SHAPE, _BOTH_SHAPE))
+
+
+def format_flags(category: str, result) -> list:
+    """One bool per response of a BFCL result entry's ``result``: a string for a single-turn
+    entry, turns of step strings for a multi-turn one; anything else (bfcl-eval's record of an
+    inference error) is one badly formatted response."""
+    if category.startswith("multi_turn"):
+        if not isinstance(result, list):
+            return [False]
+        return [step_format_ok(step) for turn in result if isinstance(turn, list) for step in turn]
+    return [correct_format(result, category)]

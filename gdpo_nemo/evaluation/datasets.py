@@ -13,7 +13,8 @@ from ``input_output`` (APPS, TACO: ``{"inputs", "outputs"[, "fn_name"]}`` or its
 text), the union of ``public_tests``, ``private_tests`` and ``generated_tests``
 (CodeContests: ``{"input": [...], "output": [...]}`` each), ``official_tests``
 (Codeforces: ``[{"input", "output"}, ...]``) or ``tests`` (any form of
-gdpo_nemo.rewards.code).
+gdpo_nemo.rewards.code). A call-based problem (tests with ``fn_name``, APPS / TACO) gets its
+``starter_code`` and the function's name appended to the statement.
 
 A row that cannot be read is reported with its line number and kept as a failed item: it
 counts in the benchmark's denominator with the lowest score, so a broken file cannot raise
@@ -187,7 +188,19 @@ def _code_row(row: dict, number: int) -> tuple:
         parse_tests(tests)
     except ValueError as err:
         raise _BadRow(f"line {number}: unreadable tests ({err})") from None
-    return statement, tests
+    return call_based_statement(statement, tests, row.get("starter_code")), tests
+
+
+def call_based_statement(statement: str, tests, starter_code) -> str:
+    """A call-based problem (APPS / TACO tests with ``fn_name``) says so, with its starter
+    code: the tests call that function with their arguments instead of feeding stdin."""
+    name = tests.get("fn_name") if isinstance(tests, dict) else None
+    if isinstance(starter_code, str) and starter_code.strip():
+        statement += f"\n\nStart from this code:\n```python\n{starter_code.strip()}\n```"
+    if isinstance(name, str) and name:
+        statement += (f"\n\nWrite the function `{name}`: each test calls it with its arguments and compares"
+                      " what it returns (no standard input or output).")
+    return statement
 
 
 def load_code(name: str, path) -> Benchmark:

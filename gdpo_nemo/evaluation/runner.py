@@ -25,6 +25,16 @@ from gdpo_nemo.tasks.prompts import CODE_SYSTEM_PROMPT, math_user_prompt
 TASK_BENCHMARKS = {"math": datasets.MATH_BENCHMARKS, "code": datasets.CODE_BENCHMARKS}
 
 
+def check_benchmarks(task: str, benchmarks: list) -> list:
+    """`benchmarks` if they are all benchmarks of `task` (math or code); else ValueError."""
+    if task not in TASK_BENCHMARKS:
+        raise ValueError(f"--task {task!r}: this runner takes {', '.join(TASK_BENCHMARKS)} (toolcall: gdpo_nemo.evaluation.bfcl)")
+    unknown = [b for b in benchmarks if b not in TASK_BENCHMARKS[task]]
+    if unknown:
+        raise ValueError(f"--benchmarks {unknown}: not {task} benchmarks; accepted: {', '.join(TASK_BENCHMARKS[task])}")
+    return list(benchmarks)
+
+
 def benchmark_file(data_dir: Path, name: str) -> Path:
     """`<data_dir>/<name>.jsonl`, or `.json` when only that exists."""
     for suffix in datasets.FORMATS:
@@ -45,6 +55,12 @@ def _write(out_dir: Path, bench_name: str, step: int, payload: dict, responses: 
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(target)  # the analysis never sees half a file
     return target
+
+
+def _generation_error(response) -> dict:
+    """A response that was not generated (its prompt filled the model's context) says why."""
+    error = getattr(response, "error", None)
+    return {"generation_error": error} if error else {}
 
 
 def evaluate_math(bench: datasets.Benchmark, backend, *, samples: int, max_new_tokens: int, temperature: float,
@@ -71,7 +87,8 @@ def evaluate_math(bench: datasets.Benchmark, backend, *, samples: int, max_new_t
             lengths.append(response.num_tokens)
             truncated.append(response.truncated)
             rows.append({"index": item.index, "answer": item.reference, "response": response.text,
-                         "num_tokens": response.num_tokens, "truncated": response.truncated, "correct": value})
+                         "num_tokens": response.num_tokens, "truncated": response.truncated, "correct": value,
+                         **_generation_error(response)})
         if item.error:
             rows.append({"index": item.index, "error": item.error})
     return {"acc": metrics.pass_at_1(correct), "exceed": metrics.exceed_share(lengths, exceed_limit, truncated)}, rows
@@ -98,7 +115,7 @@ def evaluate_code(bench: datasets.Benchmark, backend, *, samples: int, max_new_t
         lengths.append(response.num_tokens)
         truncated.append(response.truncated)
         rows.append({"index": item.index, "response": response.text, "num_tokens": response.num_tokens,
-                     "truncated": response.truncated, "pass": p, "bug": b})
+                     "truncated": response.truncated, "pass": p, "bug": b, **_generation_error(response)})
     for item in bench.items:
         if item.error:
             bug_free.extend([0.0] * samples)  # an unreadable problem is a failed program per sample
@@ -115,11 +132,7 @@ def run_benchmarks(task: str, benchmarks: list, backend, *, data_dir: Path, out_
     run). Returns {benchmark: metrics or {"error": message}}."""
     from tqdm import tqdm
 
-    if task not in TASK_BENCHMARKS:
-        raise ValueError(f"--task {task!r}: this runner takes {', '.join(TASK_BENCHMARKS)} (toolcall: gdpo_nemo.evaluation.bfcl)")
-    unknown = [b for b in benchmarks if b not in TASK_BENCHMARKS[task]]
-    if unknown:
-        raise ValueError(f"--benchmarks {unknown}: not {task} benchmarks; accepted: {', '.join(TASK_BENCHMARKS[task])}")
+    check_benchmarks(task, benchmarks)
     results = {}
     for name in benchmarks:
         path = Path((files or {}).get(name) or benchmark_file(data_dir, name))
