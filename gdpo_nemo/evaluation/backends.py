@@ -109,14 +109,9 @@ class HFBackend:
         self.ref = resolve_model(model)
         self.model, self.tokenizer = load_policy(self.ref.name, seed=seed, log=log)
         if self.ref.checkpoint is not None:
-            from safetensors.torch import load_file
+            from gdpo_nemo.engines.local.checkpoint import load_weights
 
-            weights = load_file(str(self.ref.checkpoint / "model.safetensors"))
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-            missing = [k for k in missing if not k.endswith("lm_head.weight")]
-            if missing or unexpected:
-                raise ValueError(f"--model {model}: checkpoint does not fit {self.ref.name} "
-                                 f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+            load_weights(self.ref.checkpoint, self.model)
         self.device = torch.device("cuda" if device == "cuda" else "cpu")
         self.model.to(self.device).eval()
         self.batch_size = batch_size

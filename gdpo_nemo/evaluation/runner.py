@@ -63,35 +63,45 @@ def _generation_error(response) -> dict:
     return {"generation_error": error} if error else {}
 
 
+def _responses(bench: datasets.Benchmark, backend, prompt_of, *, samples: int, max_new_tokens: int,
+               temperature: float, top_p: float, progress=None) -> list:
+    """[(item, response)] of every readable item's `samples` responses, item by item."""
+    readable = [item for item in bench.items if item.error is None]
+    if not readable:
+        return []
+    generated = backend.generate([prompt_of(item) for item in readable], samples=samples,
+                                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                 progress=progress)
+    return [(item, response) for item, responses in zip(readable, generated) for response in responses]
+
+
+def _per_item(bench: datasets.Benchmark, flat: list, values: list) -> list:
+    """[values of item's responses] for every item of the benchmark ([] for unreadable ones)."""
+    by_index: dict = {}
+    for (item, _), value in zip(flat, values):
+        by_index.setdefault(item.index, []).append(value)
+    return [by_index.get(item.index, []) for item in bench.items]
+
+
+def _error_rows(bench: datasets.Benchmark) -> list:
+    return [{"index": item.index, "error": item.error} for item in bench.items if item.error]
+
+
 def evaluate_math(bench: datasets.Benchmark, backend, *, samples: int, max_new_tokens: int, temperature: float,
                   top_p: float, exceed_limit: int, progress=None, verifier=None) -> tuple[dict, list]:
-    """(metrics, response rows) of one math benchmark."""
+    """(metrics, response rows) of one math benchmark; every response is judged in one batch."""
     from gdpo_nemo.rewards.math_rewards import score_batch
 
-    readable = [item for item in bench.items if item.error is None]
-    prompts = [chat(None, math_user_prompt(item.question)) for item in readable]
-    generated = backend.generate(prompts, samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                                 top_p=top_p, progress=progress) if prompts else []
-    by_index = dict(zip((item.index for item in readable), generated))
-    correct, lengths, truncated, rows = [], [], [], []
-    for item in bench.items:
-        responses = by_index.get(item.index, [])
-        if responses:
-            scores, _ = score_batch([r.text for r in responses], [item.reference] * len(responses),
-                                    components=["correctness"], verifier=verifier)
-            values = scores["correctness"]
-        else:
-            values = []
-        correct.append(values)
-        for response, value in zip(responses, values):
-            lengths.append(response.num_tokens)
-            truncated.append(response.truncated)
-            rows.append({"index": item.index, "answer": item.reference, "response": response.text,
-                         "num_tokens": response.num_tokens, "truncated": response.truncated, "correct": value,
-                         **_generation_error(response)})
-        if item.error:
-            rows.append({"index": item.index, "error": item.error})
-    return {"acc": metrics.pass_at_1(correct), "exceed": metrics.exceed_share(lengths, exceed_limit, truncated)}, rows
+    flat = _responses(bench, backend, lambda item: chat(None, math_user_prompt(item.question)), samples=samples,
+                      max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, progress=progress)
+    correct = score_batch([r.text for _, r in flat], [item.reference for item, _ in flat], components=["correctness"],
+                          verifier=verifier)[0]["correctness"] if flat else []
+    rows = [{"index": item.index, "answer": item.reference, "response": response.text,
+             "num_tokens": response.num_tokens, "truncated": response.truncated, "correct": value,
+             **_generation_error(response)} for (item, response), value in zip(flat, correct)]
+    lengths, truncated = [r.num_tokens for _, r in flat], [r.truncated for _, r in flat]
+    return ({"acc": metrics.pass_at_1(_per_item(bench, flat, correct)),
+             "exceed": metrics.exceed_share(lengths, exceed_limit, truncated)}, rows + _error_rows(bench))
 
 
 def evaluate_code(bench: datasets.Benchmark, backend, *, samples: int, max_new_tokens: int, temperature: float,
@@ -99,30 +109,19 @@ def evaluate_code(bench: datasets.Benchmark, backend, *, samples: int, max_new_t
     """(metrics, response rows) of one code benchmark; every program runs in the sandbox."""
     from gdpo_nemo.rewards.code import score_code_batch
 
-    readable = [item for item in bench.items if item.error is None]
-    prompts = [chat(CODE_SYSTEM_PROMPT, item.question) for item in readable]
-    generated = backend.generate(prompts, samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                                 top_p=top_p, progress=progress) if prompts else []
-    by_index = dict(zip((item.index for item in readable), generated))
-    flat = [(item, r) for item in readable for r in by_index[item.index]]
+    flat = _responses(bench, backend, lambda item: chat(CODE_SYSTEM_PROMPT, item.question), samples=samples,
+                      max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, progress=progress)
     scores = score_code_batch([r.text for _, r in flat], [item.reference for item, _ in flat],
                               components=["pass", "bug"]) if flat else {"pass": [], "bug": []}
-    pass_rates, bug_free, lengths, truncated, rows = [], [], [], [], []
-    per_item: dict = {}
-    for (item, response), p, b in zip(flat, scores["pass"], scores["bug"]):
-        per_item.setdefault(item.index, []).append(p)
-        bug_free.append(b)
-        lengths.append(response.num_tokens)
-        truncated.append(response.truncated)
-        rows.append({"index": item.index, "response": response.text, "num_tokens": response.num_tokens,
-                     "truncated": response.truncated, "pass": p, "bug": b, **_generation_error(response)})
-    for item in bench.items:
-        if item.error:
-            bug_free.extend([0.0] * samples)  # an unreadable problem is a failed program per sample
-            rows.append({"index": item.index, "error": item.error})
-    pass_rate = metrics.mean_pass_fraction([per_item.get(item.index, []) for item in bench.items])
-    return {"pass": pass_rate, "exceed": metrics.exceed_share(lengths, exceed_limit, truncated),
-            "bug": metrics.bug_ratio(bug_free)}, rows
+    rows = [{"index": item.index, "response": response.text, "num_tokens": response.num_tokens,
+             "truncated": response.truncated, "pass": p, "bug": b, **_generation_error(response)}
+            for (item, response), p, b in zip(flat, scores["pass"], scores["bug"])]
+    # an unreadable problem is a failed program per sample
+    bug_free = list(scores["bug"]) + [0.0] * samples * sum(1 for item in bench.items if item.error)
+    lengths, truncated = [r.num_tokens for _, r in flat], [r.truncated for _, r in flat]
+    return ({"pass": metrics.mean_pass_fraction(_per_item(bench, flat, scores["pass"])),
+             "exceed": metrics.exceed_share(lengths, exceed_limit, truncated),
+             "bug": metrics.bug_ratio(bug_free)}, rows + _error_rows(bench))
 
 
 def run_benchmarks(task: str, benchmarks: list, backend, *, data_dir: Path, out_dir: Path, run_id: str | None,

@@ -81,8 +81,9 @@ def save_checkpoint(run_dir, step: int, *, model, optimizer, scheduler, generato
     return final
 
 
-def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
-    """Restore a checkpoint into the given objects; returns `{"step", "data_position"}`."""
+def load_weights(path, model) -> None:
+    """Load a checkpoint's `model.safetensors` into `model` (a tied LM head may be absent);
+    ValueError naming the checkpoint when the keys do not fit."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -91,6 +92,12 @@ def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Gener
     missing = [k for k in missing if not k.endswith("lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
+    """Restore a checkpoint into the given objects; returns `{"step", "data_position"}`."""
+    path = Path(path)
+    load_weights(path, model)
     state = torch.load(path / "state.pt", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state["scheduler"] is not None:
