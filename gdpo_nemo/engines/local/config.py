@@ -463,38 +463,14 @@ def parse_yaml(text: str):
     return yaml.load(text, Loader=_Loader)
 
 
-def _merge(base: dict, update: dict) -> dict:
-    """NeMo RL's inheritance: nested mappings merge, `_override_: true` replaces a section."""
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and value.get("_override_"):
-            out[key] = {k: v for k, v in value.items() if k != "_override_"}
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+def _read_yaml(path: Path) -> dict:
+    """A run config file with NeMo RL's `defaults:` inheritance and `_override_: true`: the
+    reader of gdpo_nemo.config_compose, as a plain dict with interpolations unresolved."""
+    from omegaconf import OmegaConf
 
+    from gdpo_nemo.config_compose import _read_with_inheritance
 
-def _read_yaml(path: Path, seen: tuple = ()) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
-    if path.resolve() in seen:
-        raise ValueError(f"config file {str(path)!r} inherits from itself through 'defaults'")
-    with open(path) as handle:
-        data = parse_yaml(handle.read()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r} must hold a mapping, got {type(data).__name__}")
-    parents = data.pop("defaults", None)
-    if parents is None:
-        return data
-    merged: dict = {}
-    for parent in [parents] if isinstance(parents, str) else list(parents):
-        if not isinstance(parent, str):
-            raise ValueError(f"{path}: 'defaults' must name parent YAML files, got {parent!r}")
-        merged = _merge(merged, _read_yaml(path.parent / parent, seen + (path.resolve(),)))
-    return _merge(merged, data)
+    return OmegaConf.to_container(_read_with_inheritance(Path(path)), resolve=False)
 
 
 def _in_schema(parts) -> bool:
