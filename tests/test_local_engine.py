@@ -9,6 +9,7 @@ between rollouts that stop early and rollouts that do not.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -220,6 +221,24 @@ def test_resume_accepts_a_run_saved_before_a_key_with_a_default_existed(tmp_path
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
     with pytest.raises(ValueError, match="kl_input_clamp_value"):
         train(tiny_config("grpo.max_num_steps=3", "loss_fn.kl_input_clamp_value=5.0"), tmp_path, resume=True)
+
+
+def test_a_kill_between_a_checkpoint_and_its_log_line_loses_no_step(tmp_path):
+    """A run killed after writing checkpoint N but before logging step N resumes from N
+    without running it again; step N's record comes from the checkpoint."""
+    overrides = (*VARYING, "checkpointing.save_period=2", "grpo.num_prompts_per_step=2")
+    train(tiny_config(*overrides, "grpo.max_num_steps=4"), tmp_path / "whole", log=lambda *a: None)
+    killed = tmp_path / "killed"
+    shutil.copytree(tmp_path / "whole", killed)
+    # the state a kill right after writing checkpoint 2 leaves: step 2 not yet logged
+    lines = (killed / "metrics.jsonl").read_text().splitlines()
+    (killed / "metrics.jsonl").write_text(lines[0] + "\n")
+    shutil.rmtree(killed / "checkpoints" / "step_4")
+    (killed / "DONE").unlink()
+    train(tiny_config(*overrides, "grpo.max_num_steps=4"), killed, resume=True, log=lambda *a: None)
+    after = read_metrics(killed)
+    assert [r["step"] for r in after] == [1, 2, 3, 4]
+    assert without_timing(after) == without_timing(read_metrics(tmp_path / "whole"))
 
 
 def test_warm_start_runs_once_and_is_reused_from_the_cache(tmp_path, monkeypatch):

@@ -48,8 +48,12 @@ def latest_checkpoint(run_dir) -> tuple[int, Path] | None:
 
 
 def save_checkpoint(run_dir, step: int, *, model, optimizer, scheduler, generator: torch.Generator,
-                    data_position: dict, keep: int | None = None) -> Path:
-    """Write the checkpoint of `step` atomically; keep only the newest `keep` (None: all)."""
+                    data_position: dict, keep: int | None = None, metrics: dict | None = None) -> Path:
+    """Write the checkpoint of `step` atomically; keep only the newest `keep` (None: all).
+
+    `metrics`: the step's metrics record. The run logs a step after checkpointing it, so a
+    kill between the two would otherwise lose that record: a resume from this checkpoint
+    does not run the step again, and logs the saved record instead (trainer)."""
     from safetensors.torch import save_file
 
     root = checkpoint_root(run_dir)
@@ -70,6 +74,7 @@ def save_checkpoint(run_dir, step: int, *, model, optimizer, scheduler, generato
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "data_position": dict(data_position),
+            "metrics": dict(metrics) if metrics is not None else None,
         },
         tmp / "state.pt",
     )
@@ -95,7 +100,8 @@ def load_weights(path, model) -> None:
 
 
 def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
-    """Restore a checkpoint into the given objects; returns `{"step", "data_position"}`."""
+    """Restore a checkpoint into the given objects; returns `{"step", "data_position",
+    "metrics"}` (`metrics`: the step's record, None in checkpoints written without it)."""
     path = Path(path)
     load_weights(path, model)
     state = torch.load(path / "state.pt", weights_only=False)
@@ -105,4 +111,4 @@ def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Gener
     generator.set_state(state["generator"])
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])
-    return {"step": state["step"], "data_position": state["data_position"]}
+    return {"step": state["step"], "data_position": state["data_position"], "metrics": state.get("metrics")}

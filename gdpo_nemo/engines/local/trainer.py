@@ -322,7 +322,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         ignored_note: the config checker's line about ignored keys, printed once.
     """
     from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
-    from gdpo_nemo.tracking import Tracker
+    from gdpo_nemo.tracking import Tracker, read_metrics
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
@@ -394,6 +394,9 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         wandb_enabled=logger_cfg["wandb_enabled"],
         resume_step=start_step if latest is not None else None,
     )
+    if latest is not None and restored["metrics"] is not None and not any(
+            r.get("step") == start_step for r in read_metrics(run_dir)):
+        tracker.log(restored["metrics"], step=start_step)  # killed after the checkpoint, before the log
 
     def generate(prompt_ids, prompt_mask, groups, temperature, top_k, top_p, sampler):
         budget = policy["max_total_sequence_length"] - prompt_ids.shape[1]
@@ -526,7 +529,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
             if config["checkpointing"]["enabled"] and (step % config["checkpointing"]["save_period"] == 0 or step == total_steps):
                 ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
                                      generator=generator, data_position=order.position,
-                                     keep=config["checkpointing"]["keep_top_k"])
+                                     keep=config["checkpointing"]["keep_top_k"], metrics=metrics)
             tracker.log(metrics, step=step)
             progress.update(1)
             progress.set_postfix_str(_postfix(metrics, reward_set.names))
