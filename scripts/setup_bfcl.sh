@@ -5,7 +5,7 @@
 # which bfcl-eval imports, needs it without declaring it. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BFCL_VERSION=2025.7.17
+source scripts/versions.sh
 # bfcl-eval's pins (numpy 1.26.4, tree-sitter 0.21.3) have no wheels for Python 3.13: use
 # 3.11 or 3.12 when the default python3 is newer.
 if [ -z "${BFCL_PYTHON:-}" ]; then
@@ -20,6 +20,19 @@ if [ ! -x .venv-bfcl/bin/python ]; then
   echo "setup_bfcl: creating .venv-bfcl with $($PYTHON --version)"
   "$PYTHON" -m venv .venv-bfcl
 fi
-.venv-bfcl/bin/python -c "import importlib.metadata as m, sys, soundfile; sys.exit(m.version('bfcl-eval') != '$BFCL_VERSION')" 2>/dev/null \
-  || .venv-bfcl/bin/pip install -q "bfcl-eval==$BFCL_VERSION" soundfile
+pyver=$(.venv-bfcl/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+lock="requirements/bfcl-py$pyver.txt"
+stamp=.venv-bfcl/.gdpo-nemo-installed
+want=$(cat "$lock" scripts/versions.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  rm -f "$stamp"
+  if [ -f "$lock" ]; then
+    echo "setup_bfcl: installing the locked versions of $lock"
+    .venv-bfcl/bin/pip install -q -r "$lock"
+  else
+    echo "setup_bfcl: WARNING: no lock for Python $pyver ($lock); resolving bfcl-eval's own pins" >&2
+    .venv-bfcl/bin/pip install -q "bfcl-eval==$BFCL_VERSION" $BFCL_EXTRA
+  fi
+  echo "$want" > "$stamp"
+fi
 echo "setup_bfcl: bfcl-eval $BFCL_VERSION in .venv-bfcl"
