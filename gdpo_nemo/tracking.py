@@ -21,6 +21,9 @@ import json
 import math
 import os
 import secrets
+import struct
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
@@ -52,22 +55,39 @@ def _plain(value):
     return value if math.isfinite(value) else None
 
 
-def read_metrics(run_dir) -> list[dict]:
-    """The records of `<run_dir>/metrics.jsonl`, in file order (a torn last line is skipped)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
+def read_metrics_file(path, bad_lines: list | None = None) -> list[dict]:
+    """The records of a `metrics.jsonl` file, in file order: the one reader of the format.
+
+    A line that is not a JSON object with a numeric ``"step"`` (the last line of a run
+    killed mid-write, a hand edit) is skipped, and the lines after it are still read: each
+    was written whole on its own. When `bad_lines` is given, each skipped line is appended
+    to it as ``(line number, reason)``.
+    """
     records = []
     with open(path) as handle:
-        for line in handle:
+        for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by a kill: nothing after it was written whole
+                record = json.loads(line)
+            except ValueError:
+                reason = f"not JSON: {line[:60]!r}"
+            else:
+                step = record.get("step") if isinstance(record, dict) else None
+                if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
+                    records.append(record)
+                    continue
+                reason = "no numeric 'step'"
+            if bad_lines is not None:
+                bad_lines.append((number, reason))
     return records
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """The records of `<run_dir>/metrics.jsonl` (`read_metrics_file`); [] when there is none."""
+    path = Path(run_dir) / METRICS_FILE
+    return read_metrics_file(path) if path.exists() else []
 
 
 def truncate_metrics(run_dir, last_step: int) -> int:
@@ -169,39 +189,53 @@ class Tracker:
 # Reading an offline W&B run back (for checks and for analysis without the W&B server).
 # ---------------------------------------------------------------------------------------
 
-_WANDB_HEADER_SIZE = 7  # b":W&B", 2-byte magic, 1-byte version
-_BLOCK_SIZE = 32 * 1024  # the LevelDB log format W&B's transaction log uses
-_RECORD_HEADER_SIZE = 7  # crc32 (4), length (2, little endian), type (1)
+_WANDB_HEADER = struct.Struct("<4sHB")  # b":W&B", magic 0xBEE1, version
+_WANDB_RECORD = struct.Struct("<IHB")  # crc32 (of type + data), length, type
+_WANDB_BLOCK = 32 * 1024  # the LevelDB log format W&B's transaction log uses
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 
 
-def _wandb_log_payloads(path) -> list[bytes]:
-    """The payloads of a `.wandb` transaction log (LevelDB log records, fragments joined)."""
+def iter_wandb_records(path) -> Iterator[bytes]:
+    """The raw protobuf bytes of every complete record of a W&B run file ``run-<id>.wandb``.
+
+    The file is W&B's transaction log: a 7-byte header, then 32 KiB blocks of LevelDB-log
+    records (7-byte header: crc32, uint16 length, type 1 full / 2 first / 3 middle / 4 last).
+    wandb >= 0.19 ships no Python reader for it, so the framing is decoded here and only the
+    message type (``wandb.proto.wandb_internal_pb2.Record``) comes from wandb. Raises
+    ValueError naming the file when its header is not W&B's; a record with a bad checksum or
+    a torn tail (a run killed mid-write) ends the iteration.
+    """
     data = Path(path).read_bytes()
-    if data[:4] != b":W&B":
-        raise ValueError(f"{path} is not a W&B transaction log (no ':W&B' header)")
-    payloads, pending, offset = [], b"", _WANDB_HEADER_SIZE
-    while offset + _RECORD_HEADER_SIZE <= len(data):
-        left_in_block = _BLOCK_SIZE - offset % _BLOCK_SIZE
-        if left_in_block < _RECORD_HEADER_SIZE:  # block trailer padding
-            offset += left_in_block
+    if len(data) < _WANDB_HEADER.size:
+        raise ValueError(f"{path}: not a W&B run file (shorter than its header)")
+    ident, magic, _version = _WANDB_HEADER.unpack_from(data, 0)
+    if ident != b":W&B" or magic != 0xBEE1:
+        raise ValueError(f"{path}: not a W&B run file (header {ident!r}, magic {magic:#x})")
+    pos, pending = _WANDB_HEADER.size, b""
+    while pos < len(data):
+        left = _WANDB_BLOCK - pos % _WANDB_BLOCK
+        if left < _WANDB_RECORD.size:
+            pos += left  # block trailer padding
             continue
-        length = int.from_bytes(data[offset + 4:offset + 6], "little")
-        kind = data[offset + 6]
-        body = data[offset + _RECORD_HEADER_SIZE:offset + _RECORD_HEADER_SIZE + length]
-        offset += _RECORD_HEADER_SIZE + length
+        if pos + _WANDB_RECORD.size > len(data):
+            return
+        checksum, length, kind = _WANDB_RECORD.unpack_from(data, pos)
+        chunk = data[pos + _WANDB_RECORD.size: pos + _WANDB_RECORD.size + length]
+        pos += _WANDB_RECORD.size + length
+        if kind == 0 and length == 0:
+            pos += _WANDB_BLOCK - pos % _WANDB_BLOCK if pos % _WANDB_BLOCK else 0  # zero padding
+            continue
+        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != checksum:
+            return
         if kind == _FULL:
-            payloads.append(body)
+            yield chunk
         elif kind == _FIRST:
-            pending = body
+            pending = chunk
         elif kind == _MIDDLE:
-            pending += body
+            pending += chunk
         elif kind == _LAST:
-            payloads.append(pending + body)
+            yield pending + chunk
             pending = b""
-        elif kind == 0 and length == 0:
-            offset += left_in_block - _RECORD_HEADER_SIZE  # zero padding to the block end
-    return payloads
 
 
 def read_wandb_history(wandb_file) -> list[dict]:
@@ -210,7 +244,7 @@ def read_wandb_history(wandb_file) -> list[dict]:
     from wandb.proto import wandb_internal_pb2
 
     rows = []
-    for payload in _wandb_log_payloads(wandb_file):
+    for payload in iter_wandb_records(wandb_file):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
         if record.WhichOneof("record_type") != "history":

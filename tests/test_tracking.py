@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gdpo_nemo.tracking import Tracker, read_metrics, read_wandb_history, wandb_mode
+from gdpo_nemo.tracking import Tracker, read_metrics, read_metrics_file, read_wandb_history, wandb_mode
 
 
 def test_each_log_call_appends_one_json_record_with_its_step(tmp_path):
@@ -53,9 +53,36 @@ def test_a_fresh_run_starts_an_empty_metrics_file(tmp_path):
     assert read_metrics(tmp_path) == [{"step": 1, "x": 2}]
 
 
-def test_a_line_torn_by_a_kill_ends_the_readable_records(tmp_path):
+def test_a_line_torn_by_a_kill_is_skipped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n{"step": 2, "x"')
     assert read_metrics(tmp_path) == [{"step": 1, "x": 1}]
+
+
+def test_bad_lines_are_skipped_and_reported_and_the_whole_lines_after_them_kept(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "x": 1}\n{"step": 2, "x"\n{"step": 3, "x": 3}\n[1, 2]\n{"x": 5}\n'
+                    '{"step": "6", "x": 6}\n\n{"step": 7.0, "x": 7}\n')
+    bad_lines = []
+    assert [r["x"] for r in read_metrics_file(path, bad_lines)] == [1, 3, 7]
+    assert [number for number, _ in bad_lines] == [2, 4, 5, 6]
+    assert bad_lines[0][1].startswith("not JSON") and bad_lines[1][1] == "no numeric 'step'"
+
+
+def test_the_analysis_reads_metrics_files_as_the_engines_do(tmp_path):
+    # One reader of the format: the analysis keeps exactly the records the engines' resume
+    # keeps, and reports the lines both skip.
+    from gdpo_nemo.analysis.frame import RunLog
+    from gdpo_nemo.analysis.sources import read_metrics_jsonl
+    from gdpo_nemo.run_id import RunId
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "x": 1}\n{"step": 2, "x"\n{"step": 3, "x": 3}\n')
+    log = RunLog(run_id=RunId.parse("paper__gsm8k__tiny__gdpo__seed0"), source="rundir", path=str(tmp_path),
+                 status="finished", config={}, priority=2)
+    problems = []
+    read_metrics_jsonl(path, log, problems)
+    assert sorted(log.rows) == [r["step"] for r in read_metrics(tmp_path)] == [1, 3]
+    assert [kind for _, kind, _ in problems] == ["unreadable_line"] and ":2: not JSON" in problems[0][2]
 
 
 @pytest.mark.parametrize("enabled, env, expected", [

@@ -32,6 +32,7 @@ from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
 from gdpo_nemo.run_id import RunId
+from gdpo_nemo.tracking import read_metrics_file
 
 _TRAIN_DATA = re.compile(r"^train_data_step(\d+)\.jsonl$")
 _SKIP_DIRS = {"checkpoints", "wandb", "eval", ".git", "__pycache__"}
@@ -64,23 +65,15 @@ def _identify(folder: Path, config: dict) -> RunId | None:
 
 
 def read_metrics_jsonl(path: Path, log: RunLog, problems: list) -> None:
-    """Add every row of a ``metrics.jsonl`` to `log`; bad lines become problems."""
-    with path.open() as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                problems.append((log.run_id.name, "unreadable_line", f"{path}:{number}: not JSON: {line[:60]!r}"))
-                continue
-            step = to_number(row.pop("step", None)) if isinstance(row, dict) else None
-            if step is None:
-                problems.append((log.run_id.name, "unreadable_line", f"{path}:{number}: no numeric 'step'"))
-                continue
-            for metric, value in row.items():
-                log.add(int(step), metric, value)
+    """Add every row of a ``metrics.jsonl`` to `log` (`tracking.read_metrics_file`, the one
+    reader of the format); bad lines become problems."""
+    bad_lines: list = []
+    for row in read_metrics_file(path, bad_lines):
+        step = int(row.pop("step"))
+        for metric, value in row.items():
+            log.add(step, metric, value)
+    for number, reason in bad_lines:
+        problems.append((log.run_id.name, "unreadable_line", f"{path}:{number}: {reason}"))
 
 
 def read_run_dir(folder: Path, problems: list) -> list[RunLog]:

@@ -1,71 +1,19 @@
 """Runs from W&B offline run files (``wandb/offline-run-*/run-<id>.wandb``).
 
-A ``.wandb`` file is W&B's transaction log: a 7-byte header (``":W&B"``, magic 0xBEE1,
-version 0) and then LevelDB-log-style blocks of 32 KiB holding records with a 7-byte
-header (crc32, uint16 length, type: 1 full, 2 first, 3 middle, 4 last). Each reassembled
-record is a ``wandb.proto.wandb_internal_pb2.Record`` (the protobuf module wandb ships).
-Read here: the ``run`` record (name, group, config), ``config`` updates, ``history``
-records (one per logged step, ``_step`` among its items) and the ``exit`` record.
-
-wandb >= 0.19 no longer ships a Python reader for these files, so the framing is decoded
-here and only the message type comes from wandb.
+The file format is decoded by `gdpo_nemo.tracking.iter_wandb_records` (the module that
+writes these runs); read here: the ``run`` record (name, group, config), ``config``
+updates, ``history`` records (one per logged step, ``_step`` among its items) and the
+``exit`` record.
 """
 
 from __future__ import annotations
 
 import json
-import struct
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 from gdpo_nemo.analysis.frame import RunLog
 from gdpo_nemo.run_id import RunId
-
-_HEADER = struct.Struct("<4sHB")
-_RECORD = struct.Struct("<IHB")
-_BLOCK = 32768
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-
-
-def iter_records(path: str | Path) -> Iterator[bytes]:
-    """The raw protobuf bytes of every complete record of a ``.wandb`` file.
-
-    Raises ValueError naming the file when its header is not W&B's. A record with a bad
-    checksum or a torn tail (a run killed mid-write) ends the iteration.
-    """
-    data = Path(path).read_bytes()
-    if len(data) < _HEADER.size:
-        raise ValueError(f"{path}: not a W&B run file (shorter than its header)")
-    ident, magic, version = _HEADER.unpack_from(data, 0)
-    if ident != b":W&B" or magic != 0xBEE1:
-        raise ValueError(f"{path}: not a W&B run file (header {ident!r}, magic {magic:#x})")
-    pos, pending = _HEADER.size, b""
-    while pos < len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _RECORD.size:
-            pos += left  # block trailer padding
-            continue
-        if pos + _RECORD.size > len(data):
-            return
-        checksum, length, kind = _RECORD.unpack_from(data, pos)
-        chunk = data[pos + _RECORD.size: pos + _RECORD.size + length]
-        pos += _RECORD.size + length
-        if kind == 0 and length == 0:
-            pos += _BLOCK - pos % _BLOCK if pos % _BLOCK else 0  # zero padding: skip to next block
-            continue
-        if len(chunk) < length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != checksum:
-            return
-        if kind == _FULL:
-            yield chunk
-        elif kind == _FIRST:
-            pending = chunk
-        elif kind == _MIDDLE:
-            pending += chunk
-        elif kind == _LAST:
-            yield pending + chunk
-            pending = b""
-
+from gdpo_nemo.tracking import iter_wandb_records
 
 def _item_key(item) -> str:
     return "/".join(item.nested_key) if len(item.nested_key) else item.key
@@ -91,7 +39,7 @@ def read_offline_run(path: str | Path) -> RunLog:
     rows: dict[int, dict] = {}
     status = "unfinished"
     next_step = 0
-    for raw in iter_records(path):
+    for raw in iter_wandb_records(path):
         record = pb.Record()
         record.ParseFromString(raw)
         kind = record.WhichOneof("record_type")
