@@ -28,7 +28,6 @@ from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
 WANDB_ID_FILE = "wandb_id"
-MODES = ("online", "offline", "disabled")
 
 
 def wandb_mode(enabled: bool) -> str:

@@ -92,11 +92,6 @@ class Dataset:
         )
 
 
-def empty_dataset() -> Dataset:
-    """A dataset with no runs, and the right columns."""
-    return Dataset(_empty_metrics(), pd.DataFrame(columns=RUN_COLUMNS), pd.DataFrame(columns=PROBLEM_COLUMNS))
-
-
 def _empty_metrics() -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype="object") for c in METRIC_COLUMNS})
     return frame.astype({"seed": "int64", "step": "int64", "value": "float64"})
