@@ -23,6 +23,13 @@ Semantics shared by all estimators, each taken from a peer (``preset`` reproduce
   Where the std is 0 the centred value is left undivided (NeMo RL: "don't sharpen the ones
   with no variation"); with a mean baseline that value is exactly 0.
 - Elsewhere the centred value is divided by ``std + eps`` (NeMo RL: eps 1e-6, TRL: 1e-4).
+- ``scale_rewards`` (TRL's option of that name): ``"group"`` divides by the group std as
+  above; ``"none"`` does not divide (TRL ``scale_rewards="none"``, NeMo RL
+  ``normalize_rewards: false``, for GRPO and for each GDPO component); ``"batch"`` (GRPO
+  only, TRL) divides the group-centred sum by the std of the sums over the whole batch.
+- ``single_sample_groups``: a group with one sample has no baseline. ``"raise"`` (default:
+  it usually means wrong group ids) or ``"zero"`` (NeMo RL: its advantage is 0, and it still
+  counts in GDPO's batch norm).
 - ``leave_one_out``: the baseline (and std) of a sample are those of the *other* samples of
   its group, as NeMo RL's ``use_leave_one_out_baseline`` (from RLOO, arXiv 2402.14740).
 - NaN rewards (TRL semantics): a NaN component of a sample is left out of its group's
@@ -33,9 +40,11 @@ Semantics shared by all estimators, each taken from a peer (``preset`` reproduce
   ``(A - mean) / (std + batch_norm_eps)`` (NeMo RL: eps 0, TRL: 1e-4), or, when a
   ``token_mask`` [B, T] is given, per token as verl's ``masked_whiten`` (each sample
   weighted by its number of response tokens, ``(A - mean) / sqrt(var + batch_norm_eps)``,
-  verl: 1e-8). Where the batch std is 0 (at most ``RELATIVE_TOLERANCE`` times the largest
-  |sum_k w_k A_k| term, i.e. components that cancel exactly up to float residue) the output
-  is 0.
+  verl: 1e-8). Where the batch std is 0 (at most ``RELATIVE_TOLERANCE`` times the sum over
+  components of the largest |w_k A_k|, i.e. components that cancel exactly up to float
+  residue) the output is 0.
+- ``strict=True`` (with a preset) instead follows that peer's own float32 arithmetic,
+  residue included (gdpo_nemo.advantages_strict; differences and sizes: docs/estimators.md).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ __all__ = [
 # Above float32 epsilon (1.2e-7): rewards usually arrive as float32, and their quantization
 # is the residue this tolerance absorbs.
 RELATIVE_TOLERANCE = 1e-6
+SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass(frozen=True)
@@ -73,11 +83,19 @@ class AdvantageOptions:
     variance inside the square root (verl's masked_whiten: 1e-8)."""
     leave_one_out: bool = False
     """Baseline and std from the other samples of the group (NeMo RL use_leave_one_out_baseline)."""
+    scale_rewards: str = "group"
+    """"group": divide by the group std; "none": do not (TRL scale_rewards="none", NeMo RL
+    normalize_rewards: false); "batch" (grpo only): divide by the batch std of the reward sums (TRL)."""
+    single_sample_groups: str = "raise"
+    """A group of one sample: "raise" a ValueError, or "zero": advantage 0 (NeMo RL)."""
+    strict: bool = False
+    """Reproduce the preset's peer exactly: its float32 formulas, float residue of constant
+    groups included (gdpo_nemo.advantages_strict). Needs a preset."""
 
 
 PRESETS: dict[str, dict[str, object]] = {
     # NeMo RL main (GDPOAdvantageEstimator + calculate_baseline_and_std_per_prompt).
-    "nemo_rl": {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 0.0},
+    "nemo_rl": {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 0.0, "single_sample_groups": "zero"},
     # TRL >= 0.27, multi_objective_aggregation="normalize_then_sum".
     "trl": {"std_ddof": 1, "eps": 1e-4, "batch_norm_eps": 1e-4},
     # The GDPO authors' verl: group eps 1e-6, BN per token by masked_whiten (rsqrt(var + 1e-8)).
@@ -210,8 +228,9 @@ def _batch_norm(
 ) -> Tensor:
     """Normalize `values` [B] over the valid samples of the batch (per sample or per token).
 
-    `scale` is the magnitude of the terms `values` was summed from: a batch std below
-    RELATIVE_TOLERANCE * scale is float residue of exact cancellation, and gives 0.
+    `scale` is the magnitude of the terms `values` was summed from (sum over components of
+    the largest |w_k A_k|): a batch std below RELATIVE_TOLERANCE * scale is float residue of
+    exact cancellation, and gives 0.
     """
     if token_mask is None:
         weight = row_valid.to(values.dtype)
@@ -231,6 +250,20 @@ def _batch_norm(
     return centred / (var + options.batch_norm_eps).sqrt()
 
 
+def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, scale: float) -> Tensor:
+    """Std of `values` [B] over the valid samples (``std_ddof``); 0 when that is below
+    RELATIVE_TOLERANCE * `scale` (float residue of a constant batch) or undefined."""
+    weight = row_valid.to(values.dtype)
+    total = weight.sum()
+    dof = total - options.std_ddof
+    if dof <= 0:
+        return values.new_zeros(())
+    mean = (weight * values).sum() / total
+    var = (weight * (values - mean) ** 2).sum() / dof
+    std = var.sqrt()
+    return values.new_zeros(()) if float(std) <= RELATIVE_TOLERANCE * scale else std
+
+
 def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
     """sum_k w_k * parts[:, k] over the valid components of each sample: [B, K] -> [B]."""
     return torch.where(valid, parts * weights, torch.zeros_like(parts)).sum(dim=1)
@@ -241,37 +274,46 @@ def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-def _grpo(rewards, valid, groups, weights, options, token_mask, divide_by_std: bool) -> Tensor:
+def _grpo(rewards, valid, groups, weights, options, token_mask, scale_rewards: str) -> Tensor:
     row_valid = valid.any(dim=1, keepdim=True)
     reward_sum = _weighted_sum(rewards, valid, weights).unsqueeze(1)
-    return _normalize_in_groups(reward_sum, row_valid, groups, options, divide_by_std).squeeze(1)
+    centred = _normalize_in_groups(reward_sum, row_valid, groups, options, scale_rewards == "group").squeeze(1)
+    if scale_rewards != "batch":
+        return centred
+    # TRL scale_rewards="batch": the group-centred sum over the std of the sums in the batch.
+    scale = float(reward_sum.abs().max())
+    std = _batch_std(reward_sum.squeeze(1), row_valid.squeeze(1), options, scale)
+    return torch.where(std > 0, centred / (std + options.eps), centred)
 
 
 @register_estimator("grpo")
 def grpo(rewards, valid, groups, weights, options, token_mask):
-    """GRPO (paper Eq. 1-2): sum the weighted components, normalize the sum within each group."""
-    return _grpo(rewards, valid, groups, weights, options, token_mask, divide_by_std=True)
+    """GRPO (paper Eq. 1-2): sum the weighted components, normalize the sum within each group
+    (``scale_rewards``: by the group std, the batch std, or not at all)."""
+    return _grpo(rewards, valid, groups, weights, options, token_mask, options.scale_rewards)
 
 
 @register_estimator("grpo_no_std")
 def grpo_no_std(rewards, valid, groups, weights, options, token_mask):
     """GRPO without std normalization (Dr.GRPO-style; NeMo RL normalize_rewards: false)."""
-    return _grpo(rewards, valid, groups, weights, options, token_mask, divide_by_std=False)
+    return _grpo(rewards, valid, groups, weights, options, token_mask, "none")
 
 
 @register_estimator("gdpo_no_bn")
 def gdpo_no_bn(rewards, valid, groups, weights, options, token_mask):
     """GDPO without the final batch normalization (paper ablation): sum_k w_k A_k."""
-    per_component = _normalize_in_groups(rewards, valid, groups, options, divide_by_std=True)
+    per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
     return _weighted_sum(per_component, valid, weights)
 
 
 @register_estimator("gdpo")
 def gdpo(rewards, valid, groups, weights, options, token_mask):
-    """GDPO (paper Eqs. 4-6): normalize each component in its group, sum, batch-normalize."""
-    per_component = _normalize_in_groups(rewards, valid, groups, options, divide_by_std=True)
+    """GDPO (paper Eqs. 4-6): normalize each component in its group, sum, batch-normalize
+    (``scale_rewards="none"``: centre each component without dividing by its std, NeMo RL's
+    GDPO with normalize_rewards: false)."""
+    per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
     advantage_sum = _weighted_sum(per_component, valid, weights)
-    scale = float(_weighted_sum(per_component.abs(), valid, weights.abs()).max())
+    scale = float((per_component.abs().amax(dim=0) * weights.abs()).sum())
     return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)
 
 
@@ -283,9 +325,11 @@ _MULTI_COMPONENT = {"gdpo", "gdpo_no_bn"}
 # ---------------------------------------------------------------------------------------
 
 
-def _as_matrix(
+def _as_columns(
     rewards: Mapping[str, Tensor] | Tensor, component_names: Sequence[str] | None
-) -> tuple[Tensor, list[str]]:
+) -> tuple[list[Tensor], list[str]]:
+    """The reward components as float64 Tensor[B] each (views where the input allows), and
+    their names."""
     if isinstance(rewards, Mapping):
         if component_names is not None:
             raise ValueError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
@@ -298,10 +342,13 @@ def _as_matrix(
             if column.dim() != 1:
                 raise ValueError(f"rewards[{name!r}] has shape {tuple(column.shape)}; expected a 1-D Tensor[B]")
             columns.append(column)
+        devices = {name: str(c.device) for name, c in zip(names, columns)}
+        if len(set(devices.values())) != 1:
+            raise ValueError(f"reward components are on different devices: {devices}; put them on one device")
         lengths = {name: int(c.shape[0]) for name, c in zip(names, columns)}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
-        return torch.stack([c.to(torch.float64) for c in columns], dim=1), names
+        return [c.to(torch.float64) for c in columns], names
     matrix = torch.as_tensor(rewards)
     if matrix.dim() != 2:
         raise ValueError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
@@ -312,38 +359,160 @@ def _as_matrix(
         raise ValueError(
             f"component_names {names} must be {matrix.shape[1]} distinct names, one per column of rewards"
         )
-    return matrix.to(torch.float64), names
+    matrix = matrix.to(torch.float64)
+    return [matrix[:, k] for k in range(matrix.shape[1])], names
 
 
-def _group_index(group_ids: Tensor, batch_size: int) -> tuple[_Groups, Tensor | None]:
+def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) -> int | None:
+    """G when `group_ids` are consecutive runs of one size G >= 2 with distinct ids (the
+    usual layout of a rollout batch), found without sorting the batch; else None."""
+    ids = torch.as_tensor(group_ids, device=device)
+    if ids.dim() != 1 or ids.shape[0] != batch_size or batch_size < 2:
+        return None
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        return None
+    prefix = ids[:_DENSE_PREFIX]
+    change = (prefix != prefix[0]).nonzero()
+    if change.numel():
+        size = int(change[0])
+    elif prefix.shape[0] == batch_size:
+        size = batch_size
+    else:
+        return None
+    if size < 2 or batch_size % size:
+        return None
+    blocks = ids.view(-1, size)
+    if not bool((blocks == blocks[:, :1]).all()):
+        return None
+    first = blocks[:, 0]
+    if first.shape[0] > 1 and not bool((first[1:] > first[:-1]).all()):
+        if torch.unique(first).shape[0] != first.shape[0]:
+            return None
+    return size
+
+
+_DENSE_PREFIX = 1 << 12  # groups larger than this take the general path
+_DENSE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
+
+
+def _group_statistics(values: Tensor, options: AdvantageOptions) -> tuple[Tensor, Tensor, Tensor]:
+    """Per group of `values` [N, G]: (mean [N, 1], std [N, 1], constant [N, 1] bool), in one
+    pass over `values` (plus a min/max over the rare groups that may be constant up to residue).
+
+    A group is constant when max - min <= RELATIVE_TOLERANCE * max(|max|, |min|). Such a group
+    has std <= 2 * RELATIVE_TOLERANCE * |mean|, so only groups with std 0 (constant exactly)
+    or below that bound need their min and max."""
+    var, mean = torch.var_mean(values, dim=1, correction=options.std_ddof, keepdim=True)
+    std = var.sqrt()
+    constant = std == 0
+    maybe = ((std > 0) & (std <= 2 * RELATIVE_TOLERANCE * mean.abs())).squeeze(1)
+    if bool(maybe.any()):
+        rows = maybe.nonzero().squeeze(1)
+        lo, hi = torch.aminmax(values[rows], dim=1, keepdim=True)
+        constant[rows] = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
+    return mean, std, constant
+
+
+def _dense_advantages(
+    columns: list[Tensor], size: int, estimator: str, weights: Tensor, options: AdvantageOptions
+) -> Tensor | None:
+    """The estimators for finite rewards in consecutive groups of one size, without
+    leave-one-out, batch scaling or a token mask, in few passes over memory and no gathers.
+
+    Each centred, scaled component is f_k (x_k - m_k) with one factor f_k per group (w_k /
+    (std + eps); 0 for a constant group); their sum is computed as sum_k f_k x_k - c with the
+    per-group constant c = sum_k f_k m_k, and GDPO's batch statistics follow from the groups'
+    means and variances of that sum (total variance = within + between groups). When some
+    |mean| / std exceeds 1e6 that subtraction would lose digits, and the components are
+    centred first instead. Same definitions as the general path (a test compares the two);
+    the cancellation scale uses the bound max |x - mean| <= std * sqrt(G - 1).
+    Returns float32 [B], or None when a reward is not finite (the general path decides)."""
+    weight_list = [float(w) for w in weights.tolist()]
+    if estimator in ("grpo", "grpo_no_std"):
+        reward_sum = columns[0] * weight_list[0]
+        for column, weight in zip(columns[1:], weight_list[1:]):
+            reward_sum.add_(column, alpha=weight)
+        parts = [(reward_sum, 1.0)]
+        divide = estimator == "grpo" and options.scale_rewards == "group"
+    else:
+        parts = list(zip(columns, weight_list))
+        divide = options.scale_rewards == "group"
+    stats = []
+    for column, weight in parts:
+        values = column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size)
+        mean, std, constant = _group_statistics(values, options)
+        if not bool(torch.isfinite(mean).all() & torch.isfinite(std).all()):
+            return None
+        factor = torch.full_like(std, weight)
+        if divide:  # where std is 0 (constant groups) the value stays undivided: it is 0 anyway
+            factor = torch.where(std > 0, weight / (std + options.eps), factor)
+        factor = torch.where(constant, torch.zeros_like(factor), factor)  # exactly 0, residue or not
+        stats.append((values, mean, std, factor))
+    spread = math.sqrt(size - 1)
+    scale = sum(float((factor.abs() * std).max()) * spread for _, _, std, factor in stats)
+    precise = all(
+        bool(((mean.abs() <= 1e6 * std) | (factor == 0)).all()) for _, mean, std, factor in stats
+    )
+    total = None
+    shift = torch.zeros_like(stats[0][1])
+    for values, mean, _, factor in stats:
+        if precise:  # sum_k f_k x_k now, minus sum_k f_k m_k per group below
+            term, shift = values, shift.addcmul_(factor, mean)
+        else:
+            term = values - mean
+        total = term * factor if total is None else total.addcmul_(term, factor)
+    out = torch.empty(total.shape, dtype=torch.float32, device=total.device)
+    if estimator != "gdpo":
+        return torch.sub(total, shift, out=out).view(-1)
+    # Batch norm from the groups' statistics of total - shift (equal group sizes).
+    group_var, group_mean = torch.var_mean(total, dim=1, correction=1, keepdim=True)
+    group_mean = group_mean - shift
+    batch_size = total.numel()
+    dof = batch_size - options.std_ddof
+    if dof <= 0:
+        return torch.zeros(batch_size, dtype=torch.float32, device=total.device)
+    mean = group_mean.mean()
+    squares = (size - 1) * group_var.sum() + size * ((group_mean - mean) ** 2).sum()
+    std = float((squares / dof).sqrt())
+    if std <= 0 or std <= RELATIVE_TOLERANCE * scale:
+        return torch.zeros(batch_size, dtype=torch.float32, device=total.device)
+    torch.sub(total, shift + mean, out=out)
+    return out.mul_(1.0 / (std + options.batch_norm_eps)).view(-1)
+
+
+def _group_index(
+    group_ids: Tensor, batch_size: int, device: torch.device, single_sample_groups: str = "raise"
+) -> tuple[_Groups, Tensor | None]:
     """The groups of `group_ids`, and the permutation that orders the batch group by group
-    when all groups have the same size (None when that is not needed or not possible)."""
-    group_ids = torch.as_tensor(group_ids)
+    when all groups have the same size (None when that is not needed or not possible).
+    Everything is on `device` (the rewards'): group ids are metadata and follow them."""
+    group_ids = torch.as_tensor(group_ids, device=device)
     if group_ids.dim() != 1 or group_ids.shape[0] != batch_size:
         raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B] with B = {batch_size}")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
         raise ValueError(f"group_ids has dtype {group_ids.dtype}; expected an integer tensor of prompt group ids")
     unique, index, sizes = torch.unique(group_ids, return_inverse=True, return_counts=True)
     small = sizes < 2
-    if bool(small.any()):
+    if single_sample_groups == "raise" and bool(small.any()):
         bad = unique[small][:5].tolist()
         raise ValueError(
             f"group_ids: group(s) {bad} have a single sample; every prompt group needs at least 2 rollouts"
-            " (group_size >= 2): a group of 1 has no baseline"
+            " (group_size >= 2): a group of 1 has no baseline. single_sample_groups='zero' (preset"
+            " 'nemo_rl') gives such samples advantage 0 instead"
         )
     num_groups = int(unique.shape[0])
     if bool((sizes == sizes[0]).all()):
         size = int(sizes[0])
         order = torch.argsort(index, stable=True)
-        contiguous = torch.arange(num_groups).repeat_interleave(size)
+        contiguous = torch.arange(num_groups, device=device).repeat_interleave(size)
         if bool((index == contiguous).all()):
             order = None
         return _Groups(index=contiguous, num_groups=num_groups, size=size), order
     return _Groups(index=index, num_groups=num_groups), None
 
 
-def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None) -> Tensor:
-    weights = torch.ones(len(names), dtype=torch.float64)
+def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None, device: torch.device) -> Tensor:
+    weights = torch.ones(len(names), dtype=torch.float64, device=device)
     if reward_weights is None:
         return weights
     if not isinstance(reward_weights, Mapping):
@@ -370,6 +539,13 @@ def resolve_options(preset: str | None = None, **overrides) -> AdvantageOptions:
     options = replace(options, **{k: v for k, v in overrides.items() if v is not None})
     if options.std_ddof not in (0, 1) or isinstance(options.std_ddof, bool):
         raise ValueError(f"std_ddof = {options.std_ddof!r}; expected 0 or 1")
+    for key, accepted in (("scale_rewards", SCALE_REWARDS), ("single_sample_groups", ("raise", "zero"))):
+        if getattr(options, key) not in accepted:
+            raise ValueError(f"{key} = {getattr(options, key)!r}; expected one of {list(accepted)}")
+    if not isinstance(options.strict, bool):
+        raise ValueError(f"strict = {options.strict!r}; expected True or False")
+    if options.strict and preset is None:
+        raise ValueError(f"strict=True reproduces a peer exactly and needs preset= one of {sorted(PRESETS)}")
     for key in ("eps", "batch_norm_eps"):
         value = getattr(options, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
@@ -389,6 +565,9 @@ def compute_advantages(
     std_ddof: int | None = None,
     eps: float | None = None,
     batch_norm_eps: float | None = None,
+    scale_rewards: str | None = None,
+    single_sample_groups: str | None = None,
+    strict: bool | None = None,
     token_mask: Tensor | None = None,
 ) -> Tensor:
     """Advantages of a batch of rollouts from named reward components.
@@ -407,39 +586,73 @@ def compute_advantages(
         std_ddof: 0 or 1 (default 1, Bessel).
         eps: added to a non-zero group std (default 1e-6).
         batch_norm_eps: see ``AdvantageOptions.batch_norm_eps`` (default 0).
+        scale_rewards: ``"group"`` (default) | ``"none"`` | ``"batch"`` (grpo only): what the
+            group-centred reward is divided by (TRL's option; NeMo RL normalize_rewards:
+            false is "none").
+        single_sample_groups: ``"raise"`` (default) | ``"zero"`` (preset ``nemo_rl``):
+            what a group of one sample gets.
+        strict: with a preset, reproduce that peer exactly (float32, its formulas, float
+            residue of constant groups kept; docs/estimators.md) instead of the robust default.
         token_mask: ``Tensor[B, T]`` of response tokens; with it GDPO's batch norm is per
             token (verl), weighting each sample by its response length.
 
+    Device: the computation runs on the rewards' device (CPU, CUDA, any device with float64)
+    and the result is returned there; `group_ids` and `token_mask` are moved to it.
+
     Returns:
-        ``Tensor[B]`` float32: one advantage per sample (constant over its tokens). Finite;
-        0 for samples whose components are all NaN.
+        ``Tensor[B]`` float32 on the rewards' device: one advantage per sample (constant
+        over its tokens). Finite; 0 for samples whose components are all NaN.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; expected one of {sorted(ESTIMATORS)}")
-    matrix, names = _as_matrix(rewards, component_names)
+    columns, names = _as_columns(rewards, component_names)
     if estimator in _MULTI_COMPONENT and len(names) < 2:
         raise ValueError(
             f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
             f" got {names}. Use estimator='grpo' for a single reward"
         )
-    infinite = torch.isinf(matrix)
-    if bool(infinite.any()):
-        column = int(infinite.any(dim=0).nonzero()[0])
-        raise ValueError(f"rewards[{names[column]!r}] contains an infinite value; rewards must be finite or NaN")
-    batch_size = matrix.shape[0]
+    batch_size = columns[0].shape[0]
     if batch_size == 0:
         raise ValueError("rewards has no samples (B = 0)")
-    groups, order = _group_index(group_ids, batch_size)
-    weights = _weight_vector(names, reward_weights)
+    device = columns[0].device
     options = resolve_options(
-        preset, leave_one_out=leave_one_out, std_ddof=std_ddof, eps=eps, batch_norm_eps=batch_norm_eps
+        preset,
+        leave_one_out=leave_one_out,
+        std_ddof=std_ddof,
+        eps=eps,
+        batch_norm_eps=batch_norm_eps,
+        scale_rewards=scale_rewards,
+        single_sample_groups=single_sample_groups,
+        strict=strict,
     )
+    if options.scale_rewards == "batch" and estimator != "grpo":
+        raise ValueError(
+            f"scale_rewards='batch' is TRL's GRPO option; estimator {estimator!r} takes 'group' or 'none'"
+        )
     if token_mask is not None:
-        token_mask = torch.as_tensor(token_mask)
+        token_mask = torch.as_tensor(token_mask, device=device)
         if token_mask.dim() != 2 or token_mask.shape[0] != batch_size:
             raise ValueError(
                 f"token_mask has shape {tuple(token_mask.shape)}; expected Tensor[B, T] with B = {batch_size}"
             )
+    weights = _weight_vector(names, reward_weights, device)
+    dense = estimator in _DENSE_ESTIMATORS and token_mask is None
+    dense = dense and not (options.strict or options.leave_one_out or options.scale_rewards == "batch")
+    size = _dense_group_size(group_ids, batch_size, device) if dense else None
+    if size is not None:  # the common layout, in few passes (None: a reward is NaN or infinite)
+        advantages = _dense_advantages(columns, size, estimator, weights, options)
+        if advantages is not None:
+            return _checked(advantages, estimator)
+    matrix = torch.stack(columns, dim=1)
+    infinite = torch.isinf(matrix)
+    if bool(infinite.any()):
+        column = int(infinite.any(dim=0).nonzero()[0])
+        raise ValueError(f"rewards[{names[column]!r}] contains an infinite value; rewards must be finite or NaN")
+    if options.strict:
+        from gdpo_nemo.advantages_strict import strict_advantages
+
+        return strict_advantages(preset, estimator, matrix, group_ids, weights, options, token_mask, names)
+    groups, order = _group_index(group_ids, batch_size, matrix.device, options.single_sample_groups)
     if order is not None:  # equal-size groups out of order: compute group by group, then undo
         matrix = matrix[order]
         token_mask = None if token_mask is None else token_mask[order]
@@ -448,6 +661,12 @@ def compute_advantages(
     advantages = ESTIMATORS[estimator](values, valid, groups, weights, options, token_mask)
     if order is not None:
         advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
-    if not bool(torch.isfinite(advantages).all()):  # a bug, never a property of the input
+    return _checked(advantages, estimator)
+
+
+def _checked(advantages: Tensor, estimator: str) -> Tensor:
+    """float32 advantages; a non-finite one is a bug, never a property of the input."""
+    out = advantages.to(torch.float32)
+    if not bool(torch.isfinite(out).all()):
         raise RuntimeError(f"estimator {estimator!r} produced a non-finite advantage")
-    return advantages.to(torch.float32)
+    return out

@@ -69,21 +69,27 @@ def loop_advantages(
         members[int(g)].append(b)
 
     advantage = [0.0] * batch
-    magnitude = [0.0] * batch  # sum_k |w_k A_k|: the scale of the terms before they cancel
+    magnitude = {name: 0.0 for name in names}  # max |w_k A_k| per component: the scale before cancelling
+    scale = "none" if estimator == "grpo_no_std" else options.scale_rewards
+    all_sums = []
     for rows in members.values():
         if estimator in ("grpo", "grpo_no_std"):
             sums = [
                 sum(weights[n] * cell[(n, b)] for n in names if cell[(n, b)] is not None) if row_valid[b] else None
                 for b in rows
             ]
-            for b, a in zip(rows, _normalize(sums, options, divide=estimator == "grpo")):
+            all_sums += [v for v in sums if v is not None]
+            for b, a in zip(rows, _normalize(sums, options, divide=scale == "group")):
                 advantage[b] = a
         else:
             for name in names:
-                parts = _normalize([cell[(name, b)] for b in rows], options, divide=True)
+                parts = _normalize([cell[(name, b)] for b in rows], options, divide=scale == "group")
                 for b, a in zip(rows, parts):
                     advantage[b] += weights[name] * a
-                    magnitude[b] += abs(weights[name] * a)
+                    magnitude[name] = max(magnitude[name], abs(weights[name] * a))
+    if scale == "batch":  # TRL: the group-centred sums over the std of all sums
+        std = _std(all_sums, options.std_ddof) if len(all_sums) > 1 else 0.0
+        return [a / (std + options.eps) if std > 0 else a for a in advantage]
     if estimator != "gdpo":
         return advantage
 
@@ -96,7 +102,7 @@ def loop_advantages(
     if total - options.std_ddof <= 0:
         return [0.0] * batch
     var = sum(w * c * c for w, c in zip(weight, centred)) / (total - options.std_ddof)
-    if math.sqrt(var) <= RELATIVE_TOLERANCE * max(magnitude):
+    if math.sqrt(var) <= RELATIVE_TOLERANCE * sum(magnitude.values()):
         return [0.0] * batch
     if token_lengths is None:
         return [c / (math.sqrt(var) + options.batch_norm_eps) for c in centred]

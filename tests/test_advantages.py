@@ -86,9 +86,80 @@ def test_gdpo_verl_preset_normalizes_per_token():
 
 
 def test_presets_are_the_documented_peer_constants():
-    assert PRESETS["nemo_rl"] == {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 0.0}
+    assert PRESETS["nemo_rl"] == {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 0.0, "single_sample_groups": "zero"}
     assert PRESETS["trl"]["eps"] == 1e-4 and PRESETS["trl"]["batch_norm_eps"] == 1e-4
     assert PRESETS["verl"]["batch_norm_eps"] == 1e-8
+
+
+def test_trl_scale_rewards_batch_divides_group_centred_sums_by_the_batch_std():
+    # Sums [2, 1, 0 | 1, 2, 1]: mean 7/6, Bessel variance (102/36) / 5, std 0.75277.
+    # Group-centred: [1, 0, -1 | -1/3, 2/3, -1/3]; TRL adds 1e-4 to the std.
+    std = math.sqrt(102 / 36 / 5)
+    expected = [c / (std + 1e-4) for c in (1, 0, -1, -1 / 3, 2 / 3, -1 / 3)]
+    close(compute_advantages(TWO_GROUPS, GROUPS, "grpo", preset="trl", scale_rewards="batch"), expected, tol=1e-6)
+
+
+def test_scale_rewards_none_is_grpo_no_std():
+    none = compute_advantages(TWO_GROUPS, GROUPS, "grpo", scale_rewards="none")
+    assert torch.equal(none, compute_advantages(TWO_GROUPS, GROUPS, "grpo_no_std"))
+    close(none, [1, 0, -1, -1 / 3, 2 / 3, -1 / 3])
+
+
+def test_gdpo_without_group_std_centres_each_component_then_batch_normalizes():
+    # NeMo RL GDPO with normalize_rewards: false. format centred [1/3, 1/3, -2/3 | 0, 0, 0],
+    # correctness [2/3, -1/3, -1/3 | -1/3, 2/3, -1/3]: sum [1, 0, -1, -1/3, 2/3, -1/3], mean 0,
+    # Bessel variance (2 + 6/9) / 5 = 8/15.
+    std = math.sqrt(8 / 15)
+    expected = [a / std for a in (1, 0, -1, -1 / 3, 2 / 3, -1 / 3)]
+    close(compute_advantages(TWO_GROUPS, GROUPS, "gdpo", preset="nemo_rl", scale_rewards="none"), expected)
+
+
+def test_nemo_rl_preset_gives_a_single_sample_group_zero_and_keeps_it_in_batch_norm():
+    # Group 0 = a [1, 0, 0], b [0, 0, 1]; group 1 a single sample. GDPO sum in group 0:
+    # [2/3 - 1/3, -1/3 - 1/3, -1/3 + 2/3] / S3 = [1, -2, 1] * S3; the single sample 0. BN over
+    # all 4: mean 0, Bessel variance (1/3 + 4/3 + 1/3 + 0) / 3 = 2/3 -> [0.70711, -1.41421, 0.70711, 0].
+    rewards = {"a": t(1, 0, 0, 1), "b": t(0, 0, 1, 0)}
+    groups = torch.tensor([0, 0, 0, 1])
+    close(compute_advantages(rewards, groups, "gdpo", preset="nemo_rl"), [0.70711, -1.41421, 0.70711, 0.0])
+    close(compute_advantages({"a": t(1, 0, 0, 1)}, groups, "grpo", preset="nemo_rl"), [2 / 3 / S3, -1 / 3 / S3, -1 / 3 / S3, 0])
+    with pytest.raises(ValueError, match="single_sample_groups='zero'"):
+        compute_advantages(rewards, groups, "gdpo")
+
+
+def test_strict_nemo_rl_keeps_the_leave_one_out_residue_that_the_default_gives_exactly():
+    # Pass rates [1/3, 1/3, 1/3, 1]: sample 3's group-mates have no variation, so the default
+    # leaves 1 - 1/3 = 2/3 undivided. NeMo RL's float32 E[x^2] - E[x]^2 of three 1/3s is
+    # about 1e-8, not 0, and 2/3 divided by its square root is 6247.
+    rewards = {"pass_rate": t(1 / 3, 1 / 3, 1 / 3, 1)}
+    groups = torch.tensor([0, 0, 0, 0])
+    robust = compute_advantages(rewards, groups, "grpo", preset="nemo_rl", leave_one_out=True)
+    close(robust, [-1 / 3 / S3, -1 / 3 / S3, -1 / 3 / S3, 2 / 3])
+    strict = compute_advantages(rewards, groups, "grpo", preset="nemo_rl", leave_one_out=True, strict=True)
+    assert 6000 < float(strict[3]) < 6500
+
+
+def test_dense_fast_path_equals_the_general_path():
+    # Consecutive equal-size groups take _dense_advantages; the same batch shuffled takes the
+    # general path. Constant groups, cancelling components and weights included.
+    generator = torch.Generator().manual_seed(0)
+    size, prompts = 4, 50
+    rewards = {
+        "a": torch.randint(0, 2, (size * prompts,), generator=generator).double(),
+        "b": torch.rand(size * prompts, generator=generator).double(),
+        "c": torch.tensor([0.1, 0.1, 0.1, 0.1] * prompts, dtype=torch.float64),
+    }
+    rewards["b"][:40] = 1 / 3
+    groups = torch.arange(prompts).repeat_interleave(size)
+    shuffle = torch.randperm(size * prompts, generator=generator)
+    for estimator in ESTIMATORS:
+        for options in ({}, {"preset": "trl"}, {"scale_rewards": "none"}, {"reward_weights": {"a": 2.0, "b": 0.5}}):
+            if estimator == "grpo_no_std" and "scale_rewards" in options:
+                continue
+            dense = compute_advantages(rewards, groups, estimator, **options)
+            general = compute_advantages({k: v[shuffle] for k, v in rewards.items()}, groups[shuffle], estimator, **options)
+            close(dense[shuffle], general.tolist(), tol=1e-6)
+    cancel = {"x": rewards["a"], "y": 1 - rewards["a"]}
+    assert torch.equal(compute_advantages(cancel, groups, "gdpo"), torch.zeros(size * prompts))
 
 
 def test_leave_one_out_uses_the_other_samples_and_skips_division_by_zero_std():
@@ -172,6 +243,10 @@ def test_output_is_float32_per_sample():
         (dict(rewards={"a": t(1, 0), "b": t(1, 0, 1)}, group_ids=torch.tensor([0, 0])), "differ in length"),
         (dict(rewards={"a": t(1, 0), "b": t(0, 1)}, group_ids=torch.tensor([0, 0, 0])), "group_ids has shape"),
         (dict(rewards={"a": t(1, 0, 1), "b": t(0, 1, 1)}, group_ids=torch.tensor([0, 0, 1])), "single sample"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, scale_rewards="batch"), "scale_rewards='batch'"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, estimator="grpo", scale_rewards="std"), "scale_rewards"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, single_sample_groups="drop"), "single_sample_groups"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, strict=True), "needs preset"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, reward_weights={"lenght": 1.0}), "unknown component"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, reward_weights={"format": float("inf")}), "finite number"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, estimator="ppo"), "unknown estimator"),
@@ -210,12 +285,16 @@ def batches(draw, allow_nan=True, min_components=2):
 
 
 @settings(max_examples=300, deadline=None)
-@given(batches(), st.sampled_from(sorted(ESTIMATORS)), st.booleans(), st.sampled_from([None, "nemo_rl", "trl"]))
-def test_vectorized_estimators_equal_the_per_group_loop(batch, estimator, leave_one_out, preset):
+@given(batches(), st.sampled_from(sorted(ESTIMATORS)), st.booleans(), st.sampled_from([None, "nemo_rl", "trl"]),
+       st.sampled_from(["group", "none", "batch"]))
+def test_vectorized_estimators_equal_the_per_group_loop(batch, estimator, leave_one_out, preset, scale):
     rewards, group_ids = batch
+    if estimator == "grpo_no_std" or (scale == "batch" and estimator != "grpo"):
+        scale = "group"
     got = compute_advantages({k: torch.tensor(v) for k, v in rewards.items()}, torch.tensor(group_ids),
-                             estimator, leave_one_out=leave_one_out, preset=preset)
-    expected = loop_advantages(rewards, group_ids, estimator, leave_one_out=leave_one_out, preset=preset)
+                             estimator, leave_one_out=leave_one_out, preset=preset, scale_rewards=scale)
+    expected = loop_advantages(rewards, group_ids, estimator, leave_one_out=leave_one_out, preset=preset,
+                               scale_rewards=scale)
     assert torch.isfinite(got).all()
     close(got, expected, tol=2e-4)
 
