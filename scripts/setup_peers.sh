@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The separate virtualenv that holds the peers whose own code the conformance tests run
+# (tests/test_peer_conformance.py, docs/estimators.md): TRL (GRPOTrainer) and verl
+# (core_algos) from PyPI at the exact versions of requirements/peers-py3.11.txt. verl pins
+# transformers < 5.11, older than .venv's. Idempotent: a re-run with an unchanged lock does
+# nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PEERS_PYTHON:-python3}
+if [ ! -x .venv-peers/bin/python ]; then
+  echo "setup_peers: creating .venv-peers with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv-peers
+fi
+pyver=$(.venv-peers/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+lock="requirements/peers-py$pyver.txt"
+[ -f "$lock" ] || lock=requirements/peers-py3.11.txt
+stamp=.venv-peers/.gdpo-nemo-installed
+want=$(cat "$lock" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  rm -f "$stamp"
+  echo "setup_peers: installing the pinned versions of $lock"
+  .venv-peers/bin/python -m pip install -q --upgrade pip
+  # Every package is pinned in the lock; --no-deps keeps out verl's unused dependencies.
+  .venv-peers/bin/pip install -q --no-deps -r "$lock"
+  echo "$want" > "$stamp"
+fi
+echo "setup_peers: $(grep -E '^(trl|verl)==' "$lock" | tr '\n' ' ')in .venv-peers"
