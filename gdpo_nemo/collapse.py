@@ -20,10 +20,14 @@ canonical key:
 - ``gdpo``: A_i = sqrt(G-1) * sum_k d_ki / ||d_k||. Write ||d_k||^2 = c_k m_k^2 with c_k
   square-free; then A_i / sqrt(G-1) = sum_c (1/sqrt(c)) * sum_{k: c_k=c} d_ki / m_k. Square
   roots of distinct square-free integers are linearly independent over the rationals, so
-  the map c -> rational coefficient is a unique representation; it is the key.
+  the map c -> rational coefficient is a unique representation; it is the key. A binary
+  column with s ones has ||d||^2 = G s (G - s), so every m_k divides L(G) = lcm over s of
+  m(G s (G - s)); the coefficients are kept as integers times L(G) (same key, no fractions).
 
-Settings too large to enumerate are estimated by sampling random groups; a sampled count
-is a lower bound (the distinct tuples seen).
+Every setting of the paper's Fig. 3 enumerates (the largest, n = 6 and G = 4, has 766,480
+multisets and takes well under a minute). Settings with more than ``max_enumerate``
+multisets are estimated by sampling random groups; a sampled count is a lower bound (the
+distinct tuples seen).
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import itertools
 import math
 import random
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 from functools import lru_cache
 
 import torch
@@ -47,7 +50,9 @@ __all__ = [
 ]
 
 COUNTABLE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
-DEFAULT_MAX_ENUMERATE = 250_000
+# Enumeration holds only the distinct keys in memory; this bounds its time (~1 minute for
+# the largest Fig. 3 setting, n = 6, G = 4: 766,480 multisets).
+DEFAULT_MAX_ENUMERATE = 1_000_000
 
 
 def num_multisets(num_rewards: int, group_size: int) -> int:
@@ -66,10 +71,6 @@ def _square_free(value: int) -> tuple[int, int]:
             m *= p
         p += 1
     return c, m
-
-
-def _column(group: tuple[int, ...], k: int) -> list[int]:
-    return [(vector >> k) & 1 for vector in group]
 
 
 def _centred(values: list[int]) -> list[int]:
@@ -91,17 +92,33 @@ def _key_grpo(group: tuple[int, ...], num_rewards: int) -> tuple:
     return tuple(sorted(x // divisor for x in d))
 
 
+@lru_cache(maxsize=None)
+def _common_denominator(group_size: int) -> int:
+    """L(G): the lcm of m over the squared norms G s (G - s), s = 1..G-1, of binary columns."""
+    return math.lcm(*(_square_free(group_size * s * (group_size - s))[1] for s in range(1, group_size)))
+
+
+@lru_cache(maxsize=None)
+def _gdpo_column_terms(column: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(c, L(G) * d_i / m per sample) of one binary column; None for a constant column
+    (it contributes 0: the zero-variance rule)."""
+    size, ones = len(column), sum(column)
+    if ones in (0, size):
+        return None
+    c, m = _square_free(size * ones * (size - ones))
+    scale = _common_denominator(size) // m
+    return c, tuple((size * v - ones) * scale for v in column)
+
+
 def _key_gdpo(group: tuple[int, ...], num_rewards: int) -> tuple:
-    per_sample: list[dict[int, Fraction]] = [{} for _ in group]
+    per_sample: list[dict[int, int]] = [{} for _ in group]
     for k in range(num_rewards):
-        d = _centred(_column(group, k))
-        norm_sq = sum(x * x for x in d)
-        if norm_sq == 0:  # constant component: contributes 0 (the zero-variance rule)
+        terms = _gdpo_column_terms(tuple((vector >> k) & 1 for vector in group))
+        if terms is None:
             continue
-        c, m = _square_free(norm_sq)
-        for i, x in enumerate(d):
-            if x:
-                per_sample[i][c] = per_sample[i].get(c, Fraction(0)) + Fraction(x, m)
+        c, coefficients = terms
+        for i, x in enumerate(coefficients):
+            per_sample[i][c] = per_sample[i].get(c, 0) + x
     keys = [tuple(sorted((c, q) for c, q in terms.items() if q != 0)) for terms in per_sample]
     return tuple(sorted(keys))
 
@@ -180,8 +197,10 @@ def count_advantage_groups(
 DIAGNOSTIC_DECIMALS = 5
 
 
-def _group_rows(group_ids: Tensor) -> tuple[Tensor, Tensor]:
-    group_ids = torch.as_tensor(group_ids)
+def _group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+    """(group index [B] in 0..N-1, the permutation that sorts the batch by group), on
+    `device` (the values'; default: the ids' own)."""
+    group_ids = torch.as_tensor(group_ids, device=device)
     if group_ids.dim() != 1:
         raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B]")
     _, index = torch.unique(group_ids, return_inverse=True)
@@ -193,7 +212,8 @@ def distinct_advantage_groups(advantages: Tensor, group_ids: Tensor) -> int:
 
     Args:
         advantages: ``Tensor[B]`` (or ``[B, T]`` constant over tokens: column 0 is used).
-        group_ids: ``Tensor[B]`` prompt-group id of each sample.
+        group_ids: ``Tensor[B]`` prompt-group id of each sample (moved to the advantages'
+            device, on which the grouping runs).
 
     Advantages are rounded to ``DIAGNOSTIC_DECIMALS`` decimals first: in a real batch equal
     advantages differ by float noise. Logged as ``train/adv/distinct_groups``.
@@ -201,7 +221,7 @@ def distinct_advantage_groups(advantages: Tensor, group_ids: Tensor) -> int:
     advantages = torch.as_tensor(advantages)
     if advantages.dim() == 2:
         advantages = advantages[:, 0]
-    index, order = _group_rows(group_ids)
+    index, order = _group_rows(group_ids, advantages.device)
     if advantages.shape[0] != index.shape[0]:
         raise ValueError(f"advantages has {advantages.shape[0]} samples but group_ids has {index.shape[0]}")
     values = torch.round(advantages.double(), decimals=DIAGNOSTIC_DECIMALS)[order].tolist()
@@ -216,23 +236,26 @@ def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str
     """Share of groups in which each component is constant (no learning signal from it).
 
     Args:
-        rewards: ``{name: Tensor[B]}``; NaN entries are ignored.
-        group_ids: ``Tensor[B]``.
+        rewards: ``{name: Tensor[B]}``; NaN entries are ignored. Each component is reduced
+            on its own device.
+        group_ids: ``Tensor[B]`` (moved to each component's device).
 
     Returns ``{name: fraction in [0, 1]}``, logged as ``train/adv/zero_std_frac/<name>``.
     """
-    index, _ = _group_rows(group_ids)
-    num_groups = int(index.max()) + 1 if index.numel() else 0
     out = {}
+    index_on: dict[torch.device, Tensor] = {}
     for name, values in rewards.items():
         values = torch.as_tensor(values, dtype=torch.float64)
+        if values.device not in index_on:
+            index_on[values.device] = _group_rows(group_ids, values.device)[0]
+        index = index_on[values.device]
+        num_groups = int(index.max()) + 1 if index.numel() else 0
         valid = ~torch.isnan(values)
-        expand = index
-        hi = torch.full((num_groups,), -math.inf, dtype=torch.float64).scatter_reduce(
-            0, expand, torch.where(valid, values, torch.full_like(values, -math.inf)), reduce="amax"
+        hi = values.new_full((num_groups,), -math.inf).scatter_reduce(
+            0, index, torch.where(valid, values, torch.full_like(values, -math.inf)), reduce="amax"
         )
-        lo = torch.full((num_groups,), math.inf, dtype=torch.float64).scatter_reduce(
-            0, expand, torch.where(valid, values, torch.full_like(values, math.inf)), reduce="amin"
+        lo = values.new_full((num_groups,), math.inf).scatter_reduce(
+            0, index, torch.where(valid, values, torch.full_like(values, math.inf)), reduce="amin"
         )
         constant = (hi == lo) | (hi < lo)
         out[name] = float(constant.double().mean()) if num_groups else 0.0

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-enumerate",
         type=int,
         default=None,
-        help="enumerate exactly up to this many multisets, else sample (default 250000)",
+        help="enumerate exactly up to this many multisets, else sample (default 1000000: every Fig. 3 setting)",
     )
     parser.add_argument("--samples", type=int, default=200_000, help="random groups drawn when sampling")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling mode")

@@ -99,7 +99,7 @@ def write_collapse_figures(out_dir: Path, *, samples: int = 100_000, max_enumera
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="paper_figures", help="output folder (default paper_figures/)")
     parser.add_argument("--samples", type=int, default=100_000, help="random groups per sampled point")
-    parser.add_argument("--max-enumerate", type=int, default=None, help="exact enumeration limit (default 250000)")
+    parser.add_argument("--max-enumerate", type=int, default=None, help="exact enumeration limit (default 1000000: every point exact)")
 
 
 def run(args: argparse.Namespace) -> int:

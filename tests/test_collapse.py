@@ -8,6 +8,7 @@ import torch
 from gdpo_nemo.advantages import compute_advantages
 from gdpo_nemo.cli import main
 from gdpo_nemo.collapse import (
+    DEFAULT_MAX_ENUMERATE,
     count_advantage_groups,
     distinct_advantage_groups,
     num_multisets,
@@ -50,18 +51,26 @@ def test_grpo_count_at_n2_g3_by_hand():
     assert count("grpo", 2, 3) == 4
 
 
-def test_exact_count_matches_a_float_enumeration_for_gdpo():
+@pytest.mark.parametrize("n, g", [(2, 4), (3, 5)])
+def test_exact_count_matches_a_float_enumeration_for_gdpo(n, g):
     # Independent check through the real estimator: enumerate groups, compute advantages
-    # with compute_advantages (eps=0), round, count.
+    # with compute_advantages (eps=0), round, count. n=3, G=5 has squared norms G s (G - s)
+    # of 20 and 30: keys with several square-free parts.
     import itertools
 
-    n, g = 2, 4
     seen = set()
     for group in itertools.combinations_with_replacement(range(2**n), g):
         rewards = {f"r{k}": torch.tensor([(v >> k) & 1 for v in group], dtype=torch.float64) for k in range(n)}
         adv = compute_advantages(rewards, torch.zeros(g, dtype=torch.long), "gdpo_no_bn", eps=0.0)
         seen.add(tuple(sorted(round(float(a), 6) + 0.0 for a in adv)))
     assert count("gdpo", n, g) == len(seen)
+
+
+def test_every_fig3_setting_is_enumerated_exactly_by_default():
+    # Fig. 3 panels: n=2 with G up to 16, and G=4 with n up to 6 (766,480 multisets).
+    assert num_multisets(6, 4) == 766_480 <= DEFAULT_MAX_ENUMERATE
+    assert num_multisets(2, 16) <= DEFAULT_MAX_ENUMERATE
+    assert count_advantage_groups("grpo", 5, 4)["method"] == "exact"
 
 
 def test_sampling_mode_is_a_lower_bound_and_says_so():
