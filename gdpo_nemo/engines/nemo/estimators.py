@@ -15,7 +15,9 @@ once per step::
 It knows grpo, gdpo, reinforce_plus_plus and opd. `AdvantageEstimator` adds what it lacks:
 ``gdpo_no_bn`` (the paper's ablation), and every gdpo block NeMo RL's grpo/gdpo cannot
 express (weighted GRPO, token-level batch norm, the TRL/verl presets, NaN rewards left out
-of the statistics; see ``config_compose.needs_our_estimator``). It reads the run config's
+of the statistics; see ``config_compose.needs_our_estimator``). Leave-one-out runs use it
+too: NeMo RL's float32 leave-one-out std turns the float residue of constant group-mates
+into huge advantages (docs/estimators.md), ours gives them exactly 0. It reads the run config's
 gdpo block and computes with ``gdpo_nemo.advantages.compute_advantages``;
 `create_estimator` is the replacement for ``_create_advantage_estimator`` that
 ``plugin.install_hooks`` puts in place.
@@ -87,6 +89,8 @@ class EstimatorSettings:
             leave_one_out=self.leave_one_out,
             std_ddof=self.std_ddof,
             eps=self.eps,
+            # NeMo RL's numerics (preset None or nemo_rl): a prompt with one response gets 0.
+            single_sample_groups="zero" if self.preset in (None, "nemo_rl") else None,
             token_mask=token_mask if self.batch_norm == "token" else None,
         )
 
@@ -157,8 +161,16 @@ def create_estimator(master_config: Any, original: Callable[[Any], Any]):
         return original(master_config)
     env = section(master_config, "env") or {}
     ours = {key: block for key, block in dict(env).items() if key in ENV_NAMES.values() and isinstance(block, Mapping)}
-    if name not in OUR_ADV_ESTIMATORS and not needs_our_estimator(gdpo, ours):
+    native = name not in OUR_ADV_ESTIMATORS and not needs_our_estimator(gdpo, ours)
+    leave_one_out = bool(gdpo.get("leave_one_out", False))
+    if native and not leave_one_out:
         return original(master_config)
     settings = EstimatorSettings.from_gdpo(gdpo)
     print(f"  ✓ Using gdpo_nemo advantage estimator {settings.estimator!r} (grpo.adv_estimator.name={name!r})")
+    if native:
+        print(
+            "    why: leave-one-out. NeMo RL's float32 std (E[x^2] - E[x]^2) of group-mates that all share a"
+            " reward is float residue, not 0, and dividing by it gives advantages up to ~1e4-1e6;"
+            " gdpo_nemo's is exactly 0 (docs/estimators.md)"
+        )
     return AdvantageEstimator(settings)
