@@ -111,9 +111,49 @@ def test_the_call_based_forms_of_apps_and_eurus():
     assert [(t.case.call, list(t.case.args), t.expected) for t in apps + eurus] == [("add", [1, 2], [3]), ("add", [1, 2], 3)]
 
 
-def test_assert_statements_are_check_cases():
-    tests = parse_tests(["assert f(1) == 2", "assert f(2) == 4"])
-    assert [(t.case.kind, t.case.check) for t in tests] == [("check", "assert f(1) == 2"), ("check", "assert f(2) == 4")]
+def test_assert_statements_send_only_their_calls_to_the_sandbox():
+    tests = parse_tests(["assert f(1) == 2", "assert sorted(g([3, 1])) == [1, 3]"])
+    assert [(t.case.kind, t.case.evaluate) for t in tests] == [("eval", ("f(1)",)), ("eval", ("g([3, 1])",))]
+
+
+@pytest.mark.parametrize(
+    ("statement", "values", "holds"),
+    [
+        ("assert f(1) == 2", [2], True),
+        ("assert f(1) == 2", [2.0], True),
+        ("assert f(1) == (1, 2)", [[1, 2]], False),  # Python's ==: a list is not a tuple
+        ("assert set(f(1)) == set((4, 5))", [{4, 5}], True),
+        ("assert math.isclose(area(2), 12.56, rel_tol=0.001)", [12.566], True),
+        ("assert abs(f(2) - 3.5) < 1e-6", [3.5000001], True),
+        ("assert abs(f(2) - 3.5) < 1e-6", ["3.5"], False),
+        ("assert not is_prime(8)", [False], True),
+        ("assert 0 < f(3) < 10", [10], False),
+        ("assert f(2) is None", [None], True),
+        ("assert f(1) == g(1)", [[1], [1]], True),
+        ("assert f(1) == 2 and f(2) == 4", [2, 5], False),
+        ("assert f(1) == float('inf')", [float("inf")], True),
+        ("assert isinstance(f(1), int)", ["1"], False),
+        ("assert len(f(1)) == 3", [[1, 2, 3]], True),
+    ],
+)
+def test_assert_statements_are_judged_in_the_harness_as_python_would(statement, values, holds):
+    [test] = parse_tests([statement])
+    assert test.expected.judge(values) is holds
+
+
+@pytest.mark.parametrize(
+    ("statement", "message"),
+    [
+        ("assert f(1) == math.sqrt(2)", "cannot compute without running it"),
+        ("assert all(f(x) == x for x in range(3))", "cannot be judged outside the program"),
+        ("assert 1 == 1", "never calls the program"),
+        ("x = f(1)", "exactly one assert statement"),
+        ("assert f(1) is 3", "`is` with something other than None/True/False"),
+    ],
+)
+def test_assert_statements_the_harness_cannot_judge_alone_are_refused(statement, message):
+    with pytest.raises(ValueError, match=message):
+        parse_tests([statement])
 
 
 @pytest.mark.parametrize(
@@ -125,7 +165,7 @@ def test_assert_statements_are_check_cases():
         ({"questions": []}, '"inputs" and "outputs"'),
         ({"fn_name": "1x", "inputs": [[1]], "outputs": [1]}, "identifier"),
         ({"fn_name": "f", "inputs": ["{bad"], "outputs": ["1"]}, "JSON argument per line"),
-        (["assert ("], "does not compile"),
+        (["assert ("], "does not parse"),
         (42, "tests must be"),
     ],
 )
@@ -193,6 +233,14 @@ def test_a_leetcode_solution_class_is_called(pool):
     source = "class Solution:\n    def rev(self, xs: List[int]) -> List[int]:\n        return xs[::-1]\n"
     tests = {"fn_name": "rev", "inputs": [[[1, 2, 3]]], "outputs": [[3, 2, 1]]}
     assert score([fenced(source)], [tests], pool, ["pass"]) == {"pass": [1.0]}
+
+
+def test_a_call_answer_may_match_an_apps_one_item_wrapper_but_never_the_first_of_several(pool):
+    source = "def pick(x):\n    return x\n"
+    # pick(5) against [5] (APPS's wrapper of 5) passes; pick(0) against [0, 1] does not.
+    apps = {"fn_name": "pick", "inputs": [[5], [0]], "outputs": [[5], [0, 1]]}
+    eurus = json.dumps({"fn_name": "pick", "inputs": ["5", "0"], "outputs": ["[5]", "[0, 1]"]})
+    assert score([fenced(source)] * 2, [apps, eurus], pool, ["pass"]) == {"pass": [0.5, 0.0]}
 
 
 def test_assert_tests_a_failed_assert_is_a_wrong_answer_not_a_bug(pool):

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
-import warnings
 
 import pytest
 from sandbox_support import SMALL, pool, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.sandbox import STATUSES, Case, Limits, Sandbox, SandboxError, SandboxPool
 from gdpo_nemo.sandbox import runner as runner_module
+from gdpo_nemo.sandbox.values import decode_values
 
 # --- what a program sees -------------------------------------------------------------------
 
@@ -198,15 +199,17 @@ def test_an_unserializable_return_value_is_flagged(sandbox):
     assert (result.status, result.value) == ("ok", "\x00unserializable")
 
 
-def test_check_cases_pass_fail_or_error(sandbox):
+def test_eval_cases_send_back_the_values_of_their_expressions(sandbox):
     source = "def f(x):\n    return 2 * x"
-    cases = [Case(check="assert f(2) == 4"), Case(check="assert f(2) == 5"), Case(check="assert g(2) == 4")]
+    cases = [Case(evaluate=("f(2)", "(f(1), {f(3)})")), Case(evaluate=("g(2)",))]
     results = sandbox.run_cases(source, cases, SMALL)
-    assert [(r.status, r.value) for r in results] == [("ok", "pass"), ("ok", "fail"), ("error", None)]
+    assert [r.status for r in results] == ["ok", "error"]
+    assert decode_values(results[0].value, 2) == [4, (2, {6})]
+    assert results[1].value is None and "NameError" in results[1].stderr
 
 
-def test_a_program_that_exits_before_a_check_leaves_no_pass(sandbox):
-    [result] = sandbox.run_cases("import sys\nsys.exit(0)\ndef f():\n    return 1", [Case(check="assert f() == 1")], SMALL)
+def test_a_program_that_exits_before_an_eval_sends_no_value(sandbox):
+    [result] = sandbox.run_cases("import sys\nsys.exit(0)\ndef f():\n    return 1", [Case(evaluate=("f()",))], SMALL)
     assert (result.status, result.value) == ("ok", None)
 
 
@@ -235,9 +238,10 @@ def test_cpu_seconds_round_up_to_whole_seconds():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"call": "f", "check": "assert 1"}, "either call= or check="),
+        ({"call": "f", "evaluate": ("f()",)}, "either call= or evaluate="),
         ({"call": "not a name"}, "identifier"),
-        ({"check": "assert ("}, "does not compile"),
+        ({"evaluate": ("f(",)}, "does not compile"),
+        ({"evaluate": "f()"}, "non-empty tuple"),
         ({"stdin": 5}, "str or bytes"),
         ({"args": "ab"}, "list or tuple"),
     ],
@@ -253,7 +257,7 @@ def test_arguments_must_be_plain_data(sandbox):
 
 
 def test_an_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="backend must be one of auto, bwrap, rlimits"):
+    with pytest.raises(ValueError, match="backend must be one of bwrap, rlimits"):
         Sandbox(backend="docker")
 
 
@@ -284,7 +288,7 @@ def test_a_pool_needs_at_least_one_worker():
         SandboxPool(workers=0)
 
 
-# --- the rlimits fallback ------------------------------------------------------------------
+# --- the unisolated rlimits backend: only by explicit, loud opt-in --------------------------
 
 
 @pytest.fixture
@@ -296,31 +300,54 @@ def path_without_bwrap(tmp_path, monkeypatch):
     if setpriv:
         (bin_dir / "setpriv").symlink_to(setpriv)
     monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setattr(runner_module, "_warned", set())
     return bin_dir
 
 
-def test_without_bwrap_auto_falls_back_to_rlimits_and_warns_once(path_without_bwrap):
-    box = Sandbox()
-    with pytest.warns(RuntimeWarning, match="falling back to rlimits"):
-        assert box.active_backend == "rlimits"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        again = Sandbox()
-        assert again.active_backend == "rlimits"
-        result = again.run_program("print(input()[::-1])", "abc\n", SMALL)
-    assert (result.status, result.stdout) == ("ok", "cba\n")
+def test_without_bwrap_the_default_sandbox_refuses_to_run_and_names_the_opt_in(path_without_bwrap):
+    with pytest.raises(SandboxError, match="never run unisolated by default.*backend='rlimits'"):
+        Sandbox().run_program("print(1)", "", SMALL)
 
 
-def test_the_fallback_still_enforces_time_and_memory_limits_and_scrubs_the_environment(path_without_bwrap, monkeypatch):
+def test_the_old_silent_fallback_name_is_refused_with_the_opt_in_named():
+    with pytest.raises(ValueError, match="silent fallback is gone"):
+        Sandbox(backend="auto")
+
+
+def test_choosing_rlimits_warns_loudly_every_time(path_without_bwrap, capfd):
+    for _ in range(2):
+        with pytest.warns(RuntimeWarning, match="UNISOLATED"):
+            assert Sandbox(backend="rlimits").active_backend == "rlimits"
+    assert capfd.readouterr().err.count("*** gdpo_nemo.sandbox: UNISOLATED") == 2
+
+
+def test_the_environment_variable_opts_the_default_sandbox_in(path_without_bwrap, monkeypatch):
+    monkeypatch.setenv("GDPO_NEMO_SANDBOX_BACKEND", "rlimits")
+    monkeypatch.setattr(runner_module, "_default", None)
+    with pytest.warns(RuntimeWarning, match="UNISOLATED"):
+        assert runner_module.default_sandbox().active_backend == "rlimits"
+
+
+def test_the_rlimits_backend_still_enforces_time_and_memory_limits_and_scrubs_the_environment(path_without_bwrap, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "should-never-be-seen")
     with pytest.warns(RuntimeWarning):
-        box = Sandbox()
+        box = Sandbox(backend="rlimits")
         box.active_backend
+    assert box.run_program("print(input()[::-1])", "abc\n", SMALL).stdout == "cba\n"
     assert box.run_program("while True:\n    pass", "", SMALL).status == "timeout"
     assert box.run_program("x = bytearray(1 << 30)", "", SMALL).status == "memory_limit"
     environment = box.run_program("import os, json\nprint(json.dumps(sorted(os.environ)))", "", SMALL).stdout
     assert json.loads(environment) == ["HOME", "LANG", "LC_ALL", "PATH", "PWD", "TMPDIR"]
+
+
+def test_a_directory_tree_deeper_than_python_recursion_is_cleaned_up(path_without_bwrap):
+    # The rlimits backend's working directory is removed by the harness: without recursion.
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')"
+    with pytest.warns(RuntimeWarning):
+        box = Sandbox(backend="rlimits")
+        box.active_backend
+    before = set(os.listdir(tempfile.gettempdir()))
+    assert box.run_program(deep, "", Limits(cpu_seconds=5, wall_seconds=20)).stdout == "deep\n"
+    assert [name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("gdpo-sandbox-")] == []
 
 
 def test_asking_for_bwrap_where_it_is_missing_is_an_error(path_without_bwrap):

@@ -11,6 +11,7 @@ import pytest
 from sandbox_support import SMALL, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.sandbox import Case, Limits, SandboxPool, SandboxWorker
+from gdpo_nemo.sandbox.values import decode_values
 
 LIST_TMP = "import os\nprint(sorted(os.listdir('/tmp')))"
 # PIDs other than the driver (1) and the program itself.
@@ -49,9 +50,22 @@ def test_a_daemon_is_gone_before_the_next_program(worker):
     assert run(worker, OTHER_PIDS).stdout == "[]\n"
 
 
-def test_system_v_ipc_left_behind_retires_the_sandbox(worker):
-    assert run(worker, SYSV_SHM).stdout == "True\n"
-    assert run(worker, SYSV_LIST).stdout == "1\n"  # the header line only: a fresh IPC namespace
+def test_system_v_ipc_cannot_be_created_so_none_is_left_behind(worker):
+    assert run(worker, SYSV_SHM).stdout == "False\n"  # shmget: EPERM from the seccomp filter
+    assert run(worker, SYSV_LIST).stdout == "1\n"  # the header line only
+    assert worker.started == 1
+
+
+def test_a_socket_left_in_time_wait_retires_the_sandbox(worker):
+    # The client closes first, so its side of the connection stays in TIME_WAIT for a minute.
+    source = (
+        "import socket\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen()\n"
+        "client = socket.create_connection(server.getsockname())\nconnection, _ = server.accept()\n"
+        "client.close()\nconnection.close()\nserver.close()\n"
+        "print(open('/proc/net/tcp').read().count('\\n') > 1)"
+    )
+    assert run(worker, source).stdout == "True\n"
+    assert run(worker, "print(open('/proc/net/tcp').read().count('\\n'))").stdout == "1\n"
     assert worker.started == 2
 
 
@@ -87,10 +101,10 @@ def test_the_pool_reuses_sandboxes_and_reports_like_fresh_ones(sandbox):
         assert sum(worker.started for worker in reused._kept) == 2
 
 
-def test_the_pool_passes_call_and_check_cases_through(sandbox):
+def test_the_pool_passes_call_and_eval_cases_through(sandbox):
     with SandboxPool(workers=1, sandbox=sandbox, limits=SMALL) as reused:
-        [results] = reused.run_many([("def f(x):\n    return [x, x]", [Case(call="f", args=[3]), Case(check="assert f(1) == [1, 1]")])])
-    assert (json.loads(results[0].value), results[1].value) == ([3, 3], "pass")
+        [results] = reused.run_many([("def f(x):\n    return [x, x]", [Case(call="f", args=[3]), Case(evaluate=("f(1)",))])])
+    assert (json.loads(results[0].value), decode_values(results[1].value, 1)) == ([3, 3], [[1, 1]])
 
 
 def test_a_sandbox_that_died_between_jobs_is_replaced(worker):

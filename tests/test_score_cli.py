@@ -114,3 +114,34 @@ def test_dash_input_reads_stdin_and_writes_stdout(monkeypatch, capsys):
     assert main(["score", "--task", "gsm8k", "-"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["rewards"]["format"] == 1.0
+
+
+def test_a_hard_link_to_the_input_is_refused_as_output(tmp_path, capsys):
+    source = write_lines(tmp_path / "rows.jsonl", [GOOD])
+    (tmp_path / "linked.jsonl").hardlink_to(source)
+    assert main(["score", "--task", "gsm8k", str(source), "-o", str(tmp_path / "linked.jsonl")]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert read_jsonl(source) == [GOOD]
+
+
+def test_a_byte_order_mark_before_the_first_row_is_not_a_bad_row(tmp_path):
+    source = tmp_path / "rows.jsonl"
+    source.write_bytes(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\n").encode())
+    assert main(["score", "--task", "gsm8k", str(source)]) == 0
+    assert read_jsonl(tmp_path / "rows.scored.jsonl")[0]["rewards"]["correctness"] == 1.0
+
+
+def test_code_rows_with_malformed_tests_are_bad_rows_and_the_file_is_complete(tmp_path, capsys):
+    program = "```python\nprint(2 * int(input()))\n```"
+    rows = [
+        {"completion": program, "tests": {"inputs": ["1\n"], "outputs": ["2\n"]}},
+        {"completion": program, "tests": "[" * 100_000 + "]" * 100_000},
+        {"completion": program, "tests": ["assert f(" + "1 + " * 50_000 + "1) == 2"]},
+        {"completion": program, "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}},
+    ]
+    source = write_lines(tmp_path / "code.jsonl", rows)
+    assert main(["score", "--task", "code", str(source), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "line 2: tests:" in err and "line 3: tests:" in err and "Traceback" not in err
+    scored = read_jsonl(tmp_path / "code.scored.jsonl")
+    assert [row["rewards"]["pass"] for row in scored] == [1.0, 0.0, 0.0, 1.0]

@@ -12,9 +12,10 @@ test cases in the sandbox (`gdpo_nemo.sandbox`, all programs of a batch in paral
   length_limit, num_tokens, correct=(pass == 1.0))` (gdpo_nemo.rewards.length).
 
 A completion without an extractable program earns 0 on every component. Nothing about the
-completion ever raises. Broken tests are a data error: the batch is scored, the bad rows get
-0 everywhere, and `RewardDataError` (a ValueError naming each bad row) is raised with the
-scores in its `.partial`.
+completion ever raises. Broken tests (whatever is wrong: bad shape, nesting too deep for
+Python or for the sandbox's wire format, statements too large to compile) are a data error:
+the batch is scored, the bad rows get 0 everywhere, and `RewardDataError` (a ValueError
+naming each bad row) is raised with the scores in its `.partial`.
 
 Test-case formats (a JSON string of any of them is accepted too):
 
@@ -29,16 +30,23 @@ Test-case formats (a JSON string of any of them is accepted too):
    case its output is a JSON string too. `name` may be a method of a `class Solution`
    (LeetCode style; `typing` names such as `List` are predefined for it).
 4. assert statements, MBPP/HumanEval style: `["assert f(1) == 2", ...]`; each string is one
-   test case, run after the program in its namespace, passed unless it raises
-   AssertionError (any other exception is a runtime error of the program).
+   test case. It is split in the harness (`gdpo_nemo.rewards.code_asserts`): only the parts
+   that call the program (`f(1)`) are evaluated in the sandbox, after the program ran, in
+   its namespace; the harness compares their values with the expected parts, which never
+   reach the sandbox. An exception while evaluating is a runtime error of the program. A
+   statement whose expected side the harness cannot compute from literals is refused as a
+   data error (so is any statement of another form than code_asserts lists).
 
 Comparisons:
 - stdout: both texts are split into lines ("\\r\\n" counts as "\\n"), trailing whitespace is
   removed from every line and trailing empty lines are dropped; then they must be equal.
   Leading and inner whitespace count. Output cut at `Limits.max_output_bytes` fails.
 - function calls: the return value, through JSON (tuples become lists), must `==` the
-  expected value, or its first element when the expected value is a non-empty list (APPS
-  stores `[answer]`; the APPS checker accepts both).
+  expected value. APPS/TACO rows (arguments given as lists) wrap each answer in a
+  one-element list, so there the value may also equal that list's only element; it never
+  passes by equalling the first of several expected items (a `twoSum` returning 0 against
+  `[0, 1]`). Eurus-2-RL/PRIME rows (JSON lines) are not wrapped: exact equality only.
+- assert statements: Python's own comparison of the decoded values (a list is not a tuple).
 
 Speed: after the first case of a program that times out, its remaining cases are not run and
 count as failed (`stop_on_timeout`), which bounds a batch's wall-clock time.
@@ -47,13 +55,16 @@ count as failed (`stop_on_timeout`), which bounds a batch's wall-clock time.
 from __future__ import annotations
 
 import json
+import marshal
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gdpo_nemo.rewards.base import RewardDataError
+from gdpo_nemo.rewards.code_asserts import parse_assertion
 from gdpo_nemo.rewards.length import length_reward
 from gdpo_nemo.sandbox import Case, ExecResult, Limits, SandboxPool, shared_pool
+from gdpo_nemo.sandbox.values import decode_values
 
 CODE_RANGES = {"pass": (0.0, 1.0), "bug": (0.0, 1.0), "length": (0.0, 1.0)}
 PYTHON_FENCE_TAGS = ("python", "python3", "py")
@@ -127,31 +138,39 @@ def normalize_output(text: str) -> list[str]:
 class TestCase:
     """One parsed test: the sandbox `case` and what counts as passing it.
 
-    expected: normalized stdout lines (stdio), the expected return value (call), or None
-    (check: passing means no AssertionError).
+    expected: normalized stdout lines (stdio), the expected return value (call), or the
+    `Assertion` that judges the evaluated values (assert tests).
+    rule: how a call's value is compared: "exact" (Eurus-2-RL/PRIME rows: the value must
+    equal the expected one) or "apps" (APPS/TACO rows, which wrap each answer in a
+    one-element list: the value may equal the expected list or its only element).
     """
 
     __test__ = False  # not a pytest test class, despite the name
 
     case: Case
     expected: object = None
+    rule: str = "exact"
 
     def passed(self, result: ExecResult) -> bool:
-        """Whether `result` (the program's run on this case) passes it."""
+        """Whether `result` (the program's run on this case) passes it. Never raises."""
         if result.status != "ok":
             return False
         kind = self.case.kind
-        if kind == "check":
-            return result.value == "pass"
-        if kind == "call":
-            if result.value is None:
-                return False
-            try:
+        try:
+            if kind == "eval":
+                return self.expected.judge(decode_values(result.value, len(self.case.evaluate)))
+            if kind == "call":
+                if result.value is None:
+                    return False
                 value = json.loads(result.value)
-            except (ValueError, RecursionError):
-                return False
-            expected = self.expected
-            return value == expected or (isinstance(expected, list) and len(expected) > 0 and value == expected[0])
+                expected = self.expected
+                if value == expected:
+                    return True
+                # APPS stores `[answer]`; only that one-element wrapper may be looked into, so a
+                # value can never pass by matching the first of several expected items.
+                return self.rule == "apps" and isinstance(expected, list) and len(expected) == 1 and value == expected[0]
+        except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
+            return False
         return not result.stdout_truncated and normalize_output(result.stdout) == self.expected
 
 
@@ -197,28 +216,50 @@ def _from_inputs_outputs(tests: dict) -> list[TestCase]:
                 expected = json.loads(expected)
             except ValueError as err:
                 raise ValueError(f"outputs[{k}] is not JSON ({err})") from None
-        parsed.append(TestCase(Case(call=name, args=args), expected))
+        parsed.append(TestCase(Case(call=name, args=args), expected, "exact" if as_json else "apps"))
     return parsed
 
 
 def parse_tests(tests: object) -> list[TestCase]:
     """The test cases of one problem, from any accepted format (module docstring).
 
-    Raises ValueError naming what is wrong; at least one test case is required.
+    Raises ValueError naming what is wrong, whatever is wrong (deep nesting, huge statements,
+    values the sandbox cannot carry included); at least one test case is required.
     """
+    try:
+        parsed = _parse_tests(tests)
+        try:
+            # What the sandbox will be sent must be sendable: marshal refuses deep nesting.
+            marshal.dumps([test.case._wire() for test in parsed], 4)
+        except ValueError as err:
+            raise ValueError(f"tests hold arguments the sandbox cannot be sent ({err})") from None
+        return parsed
+    except ValueError:
+        raise
+    except (RecursionError, MemoryError, TypeError, OverflowError, SyntaxError) as err:
+        raise ValueError(f"tests cannot be read ({type(err).__name__}: {str(err)[:200]})") from None
+
+
+def _parse_tests(tests: object) -> list[TestCase]:
     if isinstance(tests, (bytes, bytearray)):
-        tests = tests.decode("utf-8")
+        try:
+            tests = tests.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"tests are bytes but not UTF-8 ({err.reason})") from None
     if isinstance(tests, str):
         try:
             tests = json.loads(tests)
         except ValueError as err:
             raise ValueError(f"tests are a string but not JSON ({err})") from None
     if isinstance(tests, dict) and "input_output" in tests:
-        return parse_tests(tests["input_output"])
+        return _parse_tests(tests["input_output"])
     if isinstance(tests, dict):
         parsed = _from_inputs_outputs(tests)
     elif isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
-        parsed = [TestCase(Case(check=statement)) for statement in tests]
+        parsed = []
+        for statement in tests:
+            assertion = parse_assertion(statement)
+            parsed.append(TestCase(Case(evaluate=assertion.probes), assertion))
     elif isinstance(tests, list) and all(isinstance(t, dict) and {"input", "output"} <= set(t) for t in tests):
         parsed = [
             TestCase(Case(stdin=_text(t["input"], f"[{k}].input", True)), normalize_output(_text(t["output"], f"[{k}].output", False)))
@@ -286,8 +327,8 @@ def score_code_batch(
     for row, row_tests in enumerate(tests):
         try:
             parsed[row] = parse_tests(row_tests)
-        except ValueError as err:
-            errors[row] = f"tests: {err}"
+        except Exception as err:  # parse_tests raises ValueError; anything else is still this row's data
+            errors[row] = f"tests: {err}" if isinstance(err, ValueError) else f"tests: cannot be read ({type(err).__name__})"
     programs = {row: extract_program(completions[row]) for row in parsed}
     runnable = [row for row, program in programs.items() if program is not None]
     pool = shared_pool() if pool is None else pool

@@ -7,15 +7,17 @@ plus `"rewards": {name: value}`. A bad row (not JSON, a missing or mistyped fiel
 unusable ground truth) is reported on stderr as `line N: what is wrong`, written with every
 component at its lowest declared value and an `"error"` field, and never stops the file;
 a line that is not a JSON object is written as `{"line": N, "raw": text, ...}`.
-Blank lines are skipped. A summary line (rows, bad rows, mean of each reward over all rows
+Blank lines are skipped, and so is a UTF-8 byte order mark. A summary line (rows, bad rows, mean of each reward over all rows
 written) ends the run on stderr. Exit code: 0 all rows good, 1 some rows bad (the output is still
-complete), 2 the command could not run (bad arguments, unreadable input).
+complete), 2 the command could not run (bad arguments, unreadable input, an output that is
+the input under another name, or a code task whose sandbox cannot run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +55,8 @@ def default_output_path(input_path: str) -> str:
 def _read_rows(stream) -> Iterator[tuple[int, dict | None, str | None]]:
     """(line number, row, error) per non-blank line; row is None when the line is unusable."""
     for number, raw in enumerate(stream, start=1):
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # a UTF-8 byte order mark (editors on Windows write one) is not data
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -109,14 +113,17 @@ class _Scorer:
             return err.partial, err.rows
 
     def score(self, rows: list[dict]) -> list[tuple[dict[str, float], str | None]]:
-        """(rewards, error) per row."""
+        """(rewards, error) per row. Raises only when the sandbox itself is broken
+        (SandboxError: no row's fault)."""
         try:
             scores, errors = self._batch(rows)
-        except (ValueError, TypeError, KeyError) as err:
-            # A scorer that raises for one row's data (e.g. malformed code tests) would
-            # take the chunk down: rescore row by row to pin the error on its row.
+        except Exception as err:
+            if type(err).__name__ == "SandboxError":
+                raise
+            # A scorer that raises for one row's data (e.g. nesting too deep for Python)
+            # would take the chunk down: rescore row by row to pin the error on its row.
             if len(rows) == 1:
-                return [(self.reward_set.lowest(), f"cannot score this row: {err}")]
+                return [(self.reward_set.lowest(), f"cannot score this row: {type(err).__name__}: {str(err)[:500]}")]
             return [result for row in rows for result in self.score([row])]
         results = []
         for index in range(len(rows)):
@@ -130,6 +137,23 @@ def _dump(row: dict) -> bytes:
         return json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n"
     except UnicodeEncodeError:  # lone surrogates from \ud800-style escapes: keep them escaped
         return json.dumps(row, ensure_ascii=True).encode("ascii") + b"\n"
+    except (ValueError, RecursionError, MemoryError, TypeError) as err:
+        # A row Python can read but not write back (nesting at the limit, ...): keep its
+        # rewards and line number, say why the rest is missing.
+        kept = {key: row[key] for key in ("line", "rewards", "error") if key in row}
+        kept["error"] = (kept.get("error", "") + f"; row not written back ({type(err).__name__})").lstrip("; ")
+        return json.dumps(kept, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def _same_file(output_path: str, input_path: str) -> bool:
+    """Whether writing `output_path` would write the input: the same path, a symlink to it,
+    or a hard link of it."""
+    if Path(output_path).resolve() == Path(input_path).resolve():
+        return True
+    try:
+        return os.path.samefile(output_path, input_path)
+    except OSError:  # the output does not exist yet
+        return False
 
 
 def _count_lines(path: str) -> int | None:
@@ -159,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gdpo-nemo score: input file {args.input!r} does not exist", file=sys.stderr)
         return 2
     output_path = args.output or default_output_path(args.input)
-    if output_path != "-" and args.input != "-" and Path(output_path).resolve() == Path(args.input).resolve():
+    if output_path != "-" and args.input != "-" and _same_file(output_path, args.input):
         print(f"gdpo-nemo score: output {output_path!r} would overwrite the input; pass another -o", file=sys.stderr)
         return 2
 
@@ -201,6 +225,11 @@ def run(args: argparse.Namespace) -> int:
                 pending = []
         if pending:
             flush(pending)
+    except Exception as err:
+        if type(err).__name__ != "SandboxError":
+            raise
+        print(f"gdpo-nemo score: the sandbox cannot run programs here ({err}); {rows_done} rows written", file=sys.stderr)
+        return 2
     finally:
         bar.close()
         if source is not sys.stdin.buffer:

@@ -9,9 +9,11 @@
         per_program = pool.run_many([(source, [Case(stdin=s) for s in inputs]), ...])
 
 Programs run under bubblewrap (no network, own PID namespace, read-only system, private
-/tmp, scrubbed environment, unprivileged uid) with rlimits on CPU time, address space,
-processes and file size, and a wall-clock limit that kills the whole tree; without
-bubblewrap, under the rlimits alone (warned once). docs/sandbox.md has the details.
+/tmp, scrubbed environment, unprivileged uid) with a seccomp filter, rlimits on CPU time,
+address space, processes and file size, a cgroup per sandbox where the machine allows it,
+and a wall-clock limit that kills the whole tree. Without bubblewrap, `Sandbox()` raises;
+`Sandbox(backend="rlimits")` (or GDPO_NEMO_SANDBOX_BACKEND=rlimits) is the explicit, loudly
+warned opt-in to run without isolation. docs/sandbox.md states the guarantee.
 """
 
 from gdpo_nemo.sandbox.limits import Limits

@@ -1,35 +1,48 @@
 """The driver that runs inside the sandbox: programs one after another, each on all its test cases.
 
-This file is never imported by the harness. `gdpo_nemo.sandbox.isolation` compiles its text
+This file is never imported by the harness; its source follows `_tree.py`'s in the code the
+sandbox runs (`runner.DRIVER_SOURCE`). `gdpo_nemo.sandbox.isolation` compiles its text
 with the sandbox's interpreter and starts it (a small bootstrap reads the code object from
 stdin, see `isolation._BOOTSTRAP`) inside bubblewrap (as PID 1 of the sandbox's
-PID namespace) or, in the fallback, as a plain child in a new session. It must run on any
+PID namespace) or, with the unisolated rlimits backend, as a plain child in a new session. It must run on any
 CPython >= 3.8 with the standard library only, and it imports as little as it can: its
 start-up time is most of a sandboxed run's cost.
 
 Protocol (all on the driver's own file descriptors; the program under test never holds them):
-- stdin: jobs, one after another, each an 8-byte big-endian length and a `marshal` blob
-  (version 4, plain types only) written by the harness:
-  {"source": str, "main_path": str, "cases": [(kind, stdin_bytes, name, args, check)],
-   "cpu_seconds": int, "wall_seconds": float, "memory_bytes": int, "max_processes": int | None,
-   "max_file_bytes": int, "max_output_bytes": int, "max_run_output_bytes": int,
-   "pid_namespace": bool, "stop_on_timeout": bool}
-  kind is "stdio" (feed stdin, keep stdout), "call" (run the program, then call `name(*args)`
-  and record the JSON of the return value) or "check" (run the program, then execute the
-  statement `check`: an AssertionError records "F", completion records "P"). End of input
-  ends the driver.
+- stdin: jobs, one after another, each two parts: an 8-byte big-endian length and a
+  `marshal` blob (version 4, plain types only) of the job's header, written by the harness:
+  {"main_path": str, "kinds": [kind per case], "cpu_seconds": int, "wall_seconds": float,
+   "memory_bytes": int, "max_processes": int | None, "max_file_bytes": int,
+   "max_output_bytes": int, "max_run_output_bytes": int, "pid_namespace": bool,
+   "stop_on_timeout": bool, "seccomp": bytes (a BPF filter, b"" for none)}
+  then an 8-byte length and the payload: a marshal blob {"source": str, "cases":
+  [(kind, stdin_bytes, name, args, expressions)]}. kind is "stdio" (feed stdin, keep
+  stdout), "call" (run the program, then call `name(*args)` and record the JSON of the
+  return value) or "eval" (run the program, then evaluate each of `expressions` in its
+  namespace and record their values, encoded by `_encode`). End of input ends the driver.
 - stdout, per job: b"READY <protected 0|1>\n", then per case one header line
   b"CASE <index> <term> <number> <cpu_s> <wall_s> <out_total> <err_total> <len_out> <len_err> <len_val> <strays>\n"
   followed by the kept stdout, stderr and value bytes; finally b"DONE <retiring 0|1>\n".
   term: "exit" (number = exit code), "signal" (number = signal), "wall" (killed at the
-  wall-clock limit), "compile" (the program did not compile; stderr says why), "skipped"
-  (not run: an earlier case timed out and the job asked to stop there). Retiring: the
-  driver exits after this job because the program left something it cannot clean.
+  wall-clock limit), "cpu" (SIGXCPU, or the case's processes together used more CPU time
+  than allowed; number = exit code, or minus the signal),
+  "compile" (the program did not compile; stderr says why), "setup" (the driver could not
+  prepare the case: a sandbox failure), "skipped" (not run: an earlier case timed out and
+  the job asked to stop there). Retiring: the driver exits after this job because the
+  program left something it cannot clean.
+
+Why one program sees nothing of another: the driver never holds a job's payload or a
+program's output in its own memory. The payload goes from stdin into a memfd through a
+buffer that is zeroed afterwards; each case's process is forked from the driver (whose
+memory holds only headers) and reads the payload itself; outputs go from the case's memfds
+to the harness with sendfile. So a forked program inherits nothing of earlier jobs.
 
 Why the program cannot forge these frames: the driver makes itself non-dumpable
 (prctl PR_SET_DUMPABLE 0), so a process of the same uid can neither ptrace it nor open
 its /proc/<pid>/fd or /proc/<pid>/mem; the child closes the result descriptor before the
-program runs; and as PID 1 of its namespace the driver ignores signals its descendants send.
+program runs; and as PID 1 of its namespace the driver ignores signals its descendants send
+(SIGINT included: the driver ignores it). What a program returns is judged by the harness,
+which alone holds the expected values.
 """
 
 import marshal
@@ -38,13 +51,22 @@ import sys
 import time
 
 RESULT_FD_TARGET = 100  # keeps the result pipe away from the fds a program expects (0-3)
-VALUE_FD = 3  # where "call"/"check" cases write their value
+VALUE_FD = 3  # where "call"/"eval" cases write their value
 FD_LIMIT = 256  # RLIMIT_NOFILE of the program; competitive programs need a handful
 STDERR_KEPT = 64 << 10  # stderr only serves diagnostics: its tail is rarely longer
+COPY_CHUNK = 1 << 20  # the payload's way from stdin to its memfd (zeroed after each job)
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+SIGINT = 2
 SIGKILL = 9
 FLUSH_FAILED_STATUS = 120  # what CPython exits with when flushing stdout fails at exit
-SETUP_FAILED_STATUS = 121  # the driver could not prepare the case (reported as an error)
+SETUP_FAILED_STATUS = 121  # the driver could not prepare the case (a sandbox failure)
+COMPILE_FAILED_STATUS = 122  # the program does not compile (stderr says why)
+ENCODE_DEPTH = 200  # nesting of a returned value that `_encode` follows
 
 
 def _write_all(fd, data):
@@ -54,36 +76,88 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-def _make_undumpable():
-    """prctl(PR_SET_DUMPABLE, 0); True when it worked.
+class _Kernel:
+    """prctl() and syscall() of the C library, and the seccomp filter in a form prctl takes.
 
-    `ctypes` costs ~5 ms to import, a third of a sandboxed run, so the call is built from
-    the `_ctypes` extension alone and falls back to `ctypes` if that private path changes.
+    `ctypes` costs ~5 ms to import, a third of a sandboxed run, so the calls are built from
+    the `_ctypes` extension alone, with `ctypes` as the fallback if that private path changes.
     """
-    try:
-        import _ctypes
 
-        class _Int(_ctypes._SimpleCData):
-            _type_ = "i"
+    def __init__(self):
+        self._filter = None
+        self._fprog = None
+        try:
+            import _ctypes
 
-        class _Func(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = _Int
+            class Long(_ctypes._SimpleCData):
+                _type_ = "l"
 
-        class _Libc:
-            _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+            class Char(_ctypes._SimpleCData):
+                _type_ = "c"
 
-        prctl = _Func(("prctl", _Libc()))
-        prctl.argtypes = (_Int, _Int, _Int, _Int, _Int)
-        return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
-    except Exception:
-        pass
-    try:
-        import ctypes
+            class Func(_ctypes.CFuncPtr):
+                _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+                _restype_ = Long
 
-        return ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
-    except Exception:
-        return False
+            class Libc:
+                _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+            libc = Libc()
+            self.prctl = Func(("prctl", libc))
+            self.syscall = Func(("syscall", libc))
+            self._addressof = _ctypes.addressof
+            self._char, self._array = Char, _ctypes.Array
+        except Exception:
+            import ctypes
+
+            Long = ctypes.c_long
+            libc = ctypes.CDLL(None, use_errno=True)
+            self.prctl, self.syscall = libc.prctl, libc.syscall
+            self.prctl.restype = self.syscall.restype = Long
+            self._addressof = ctypes.addressof
+            self._char, self._array = ctypes.c_char, ctypes.Array
+        for function in (self.prctl, self.syscall):
+            function.argtypes = (Long,) * 5
+
+    def _buffer(self, data):
+        kind = type("Buffer", (self._array,), {"_type_": self._char, "_length_": max(1, len(data))})
+        return kind.from_buffer_copy(data or b"\0")
+
+    def prepare_filter(self, program):
+        """Keep `program` (struct sock_filter[] bytes) and its struct sock_fprog for
+        `install_filter`; b"" means no filter."""
+        if program == self._filter:
+            return
+        self._filter, self._fprog = program, None
+        if program:
+            code = self._buffer(program)
+            fprog = (len(program) // 8).to_bytes(8, "little") + self._addressof(code).to_bytes(8, "little")
+            self._fprog = (code, self._buffer(fprog))
+
+    def install_filter(self):
+        """Put the prepared filter on this process (and all it starts); True when done."""
+        if self._fprog is None:
+            return self._filter == b"" or self._filter is None
+        if self.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return self.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._addressof(self._fprog[1]), 0, 0) == 0
+
+    def make_undumpable(self):
+        """prctl(PR_SET_DUMPABLE, 0); True when it worked."""
+        try:
+            return self.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+        except Exception:
+            return False
+
+    def new_session_keyring(self):
+        """Leave the harness's session keyring for a new, empty one (a harness under a login
+        session holds keys there); best effort."""
+        try:
+            number = SYS_KEYCTL.get(os.uname().machine)
+            if number is not None:
+                self.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)
+        except Exception:
+            pass
 
 
 class _Captured(BaseException):
@@ -129,19 +203,23 @@ def _memfd(name, data=b""):
     return fd
 
 
-def _read_kept(fd, cap):
-    """(total size, first `cap` bytes) of a memfd."""
+def _kept(fd, cap):
+    """(total size, bytes kept: at most `cap`) of a memfd."""
     total = os.fstat(fd).st_size
-    want = min(total, cap)
-    parts = []
+    return total, min(total, max(0, cap))
+
+
+def _send(result_fd, fd, count):
+    """Copy the first `count` bytes of memfd `fd` to the result pipe inside the kernel: the
+    driver never holds a program's output in its own memory."""
     offset = 0
-    while offset < want:
-        chunk = os.pread(fd, want - offset, offset)
-        if not chunk:
+    while offset < count:
+        sent = os.sendfile(result_fd, fd, offset, count - offset)
+        if not sent:
             break
-        parts.append(chunk)
-        offset += len(chunk)
-    return total, b"".join(parts)
+        offset += sent
+    if offset < count:  # the memfd shrank under us (it cannot: the program is gone); pad
+        _write_all(result_fd, bytes(count - offset))
 
 
 def _wait(pid, timeout):
@@ -195,7 +273,7 @@ def _sweep(pid, pid_namespace):
     """Kill whatever the program left running; True if something was still alive.
 
     As PID 1 of a PID namespace, kill(-1) reaches every other process in it and nothing
-    outside. Without that namespace (the fallback) only the program's process group can be
+    outside. Without that namespace (the rlimits backend) only the program's process group can be
     reached: kill(-1) there would hit every process of the uid.
     """
     strays = False
@@ -280,17 +358,68 @@ def _shutdown(status):
     os._exit(status)
 
 
-def _child(job, case, code, fds):
-    """Runs in the forked child: becomes the program. Never returns."""
+def _encode(value, depth=0):
+    """A returned value as JSON-ready data that keeps Python's types apart: str, int, float,
+    bool and None as themselves, every container as [type name, items] ("list", "tuple",
+    "set", "frozenset", "dict" with [key, value] pairs, "bytes" as latin-1 text, "complex"
+    as [real, imag]). Subclasses count as their base type; anything else raises TypeError."""
+    if depth > ENCODE_DEPTH:
+        raise ValueError("nested too deeply")
+    if value is None or type(value) in (bool, str, float):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, complex):
+        return ["complex", [complex.__complex__(value).real, complex.__complex__(value).imag]]
+    if isinstance(value, (bytes, bytearray)):
+        return ["bytes", bytes(value).decode("latin-1")]
+    if isinstance(value, dict):
+        return ["dict", [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in dict.items(value)]]
+    for kind in (list, tuple, set, frozenset):
+        if isinstance(value, kind):
+            return [kind.__name__, [_encode(item, depth + 1) for item in kind.__iter__(value)]]
+    raise TypeError("cannot encode %s" % type(value).__name__)
+
+
+def _child(header, index, payload_fd, fds, kernel):
+    """Runs in the forked child: reads its case from the payload, becomes the program.
+    Never returns."""
     try:
         import builtins
         import io
+        import _signal
 
         import resource
 
-        kind, _, name, args, check = case
-        fd_in, fd_out, fd_err, fd_val = fds
+        fd_out, fd_err, fd_val, fd_started = fds
         os.setpgid(0, 0)
+        _signal.signal(SIGINT, _signal.default_int_handler)
+        size = os.fstat(payload_fd).st_size
+        parts = []
+        offset = 0
+        while offset < size:
+            chunk = os.pread(payload_fd, size - offset, offset)
+            if not chunk:
+                break
+            parts.append(chunk)
+            offset += len(chunk)
+        job = marshal.loads(b"".join(parts))
+        parts = None
+        source = job["source"]
+        kind, stdin, name, args, expressions = job["cases"][index]
+        job = None
+        fd_in = _memfd("stdin", stdin)
+        stdin = None
+        main_path = header["main_path"]
+        main_fd = os.open(main_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        _write_all(main_fd, source.encode("utf-8", "surrogatepass"))
+        os.close(main_fd)
         os.dup2(fd_in, 0)
         os.dup2(fd_out, 1)
         os.dup2(fd_err, 2)
@@ -298,26 +427,38 @@ def _child(job, case, code, fds):
         if fd_val >= 0:
             os.dup2(fd_val, VALUE_FD)
             first_free = VALUE_FD + 1
-        os.closerange(first_free, RESULT_FD_TARGET + 2)
-        cpu = job["cpu_seconds"]
+        cpu = header["cpu_seconds"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (job["max_file_bytes"], job["max_file_bytes"]))
-        resource.setrlimit(resource.RLIMIT_AS, (job["memory_bytes"], job["memory_bytes"]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (header["max_file_bytes"], header["max_file_bytes"]))
+        resource.setrlimit(resource.RLIMIT_AS, (header["memory_bytes"], header["memory_bytes"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         # No POSIX message queues: they would outlive the program in a reused sandbox.
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-        if job["max_processes"] is not None:
+        if header["max_processes"] is not None:
             # Counted per user namespace and uid, so the driver counts too: +1.
-            nproc = job["max_processes"] + 1
+            nproc = header["max_processes"] + 1
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    except BaseException:
+        os._exit(SETUP_FAILED_STATUS)
+    try:
+        code = _compile(source, main_path)
+    except BaseException as err:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError
+        if isinstance(err, SyntaxError):
+            err.filename = main_path
+        try:
+            _write_all(2, ("%s: %s\n" % (type(err).__name__, err)).encode("utf-8", "backslashreplace"))
+        finally:
+            os._exit(COMPILE_FAILED_STATUS)
+    try:
+        source = None
         sys.stdin = sys.__stdin__ = io.open(0, "r", encoding="utf-8", closefd=False)
         sys.stdout = sys.__stdout__ = io.open(1, "w", encoding="utf-8", closefd=False)
         sys.stderr = sys.__stderr__ = io.open(
             2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
         )
-        sys.argv = [job["main_path"]]
+        sys.argv = [main_path]
         main = type(sys)("__main__")
-        main.__file__ = job["main_path"]
+        main.__file__ = main_path
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
         namespace = main.__dict__
@@ -326,6 +467,10 @@ def _child(job, case, code, fds):
             typing = sys.modules["typing"]
             for attribute in typing.__all__:
                 namespace[attribute] = getattr(typing, attribute)
+        if not kernel.install_filter():
+            raise OSError("seccomp")
+        _write_all(fd_started, b"S")
+        os.closerange(first_free, RESULT_FD_TARGET + 2)
     except BaseException:
         os._exit(SETUP_FAILED_STATUS)
     status = 0
@@ -343,17 +488,17 @@ def _child(job, case, code, fds):
             except (TypeError, ValueError, RecursionError):
                 payload = b"\x00unserializable"
             _write_all(VALUE_FD, payload)
-        elif kind == "check":
+        elif kind == "eval":
+            values = [eval(expression, namespace) for expression in expressions]
             try:
-                exec(check, namespace)
-            except AssertionError:
-                _write_all(VALUE_FD, b"F")
-            else:
-                _write_all(VALUE_FD, b"P")
+                payload = sys.modules["json"].dumps([_encode(value) for value in values]).encode("utf-8")
+            except (TypeError, ValueError, RecursionError):
+                payload = b"\x00unserializable"
+            _write_all(VALUE_FD, payload)
     except SystemExit as stop:
         status = _exit_status(stop)
     except BaseException as error:
-        _report(error, job["main_path"])
+        _report(error, main_path)
         status = 1
     _shutdown(status)
 
@@ -370,148 +515,166 @@ def _read_exact(fd, size):
     return b"".join(parts)
 
 
-def _wipe(directory, keep=None):
-    """Remove everything inside `directory` but the entry named `keep`, without following
-    symlinks; True if nothing else is left. Iterative: a program may nest directories
-    deeper than Python recursion."""
-    stack = [(directory, False)]
-    while stack:
-        path, listed = stack.pop()
-        if listed:
-            try:
-                os.rmdir(path)
-            except OSError:
-                pass
-            continue
-        try:
-            os.chmod(path, 0o700)  # a program may have taken away its own permissions
-            entries = list(os.scandir(path))
-        except OSError:
-            continue
-        if path != directory:
-            stack.append((path, True))
-        for entry in entries:
-            if path == directory and entry.name == keep:
-                continue
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((entry.path, False))
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                pass
+def _wipe(directory, mode):
+    """Empty `directory` (`empty_directory`, from `_tree.py`, which precedes this file in
+    the driver's source), and give it back its `mode`, fixed times and no extended
+    attributes; True if it is as it was."""
+    clean = empty_directory(directory)  # noqa: F821  (defined by _tree.py, see above)
     try:
-        return [name for name in os.listdir(directory) if name != keep] == []
+        os.chmod(directory, mode)
+        # A program may set the times of /tmp itself: they would carry a message.
+        os.utime(directory, (0, 0))
+        for attribute in os.listxattr(directory):
+            os.removexattr(directory, attribute)
+        return clean and not os.listxattr(directory)
     except OSError:
         return False
 
 
-def _leftovers():
+# Kernel objects that outlive processes in the sandbox's namespaces, as /proc lists them,
+# with the number of lines the list has when it is empty.
+LEFTOVER_LISTS = (
+    ("/proc/sysvipc/shm", 1), ("/proc/sysvipc/sem", 1), ("/proc/sysvipc/msg", 1),
+    ("/proc/net/tcp", 1), ("/proc/net/tcp6", 1), ("/proc/net/udp", 1), ("/proc/net/udp6", 1),
+)
+
+
+def _count_lines(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _leftovers(keys_baseline):
     """True if the program left kernel objects that outlive processes in this sandbox's
-    namespaces: System V IPC objects or keys. Then the sandbox retires rather than serve
-    another program. (POSIX message queues cannot be made: RLIMIT_MSGQUEUE is 0.)"""
-    for name, empty_lines in (("sysvipc/shm", 1), ("sysvipc/sem", 1), ("sysvipc/msg", 1), ("keys", 0)):
+    namespaces: System V IPC objects, sockets (a TCP connection's TIME_WAIT lasts a minute)
+    or keys. Then the sandbox retires rather than serve another program. (The seccomp filter
+    refuses System V IPC and keys, and POSIX message queues cannot be made: RLIMIT_MSGQUEUE
+    is 0; this is the second line.)"""
+    for path, empty_lines in LEFTOVER_LISTS:
+        if _count_lines(path) > empty_lines:
+            return True
+    return _count_lines("/proc/keys") > keys_baseline
+
+
+class _Payload:
+    """Moves a job's payload from the jobs pipe into a memfd through one reused buffer that
+    is zeroed after each use, so no payload stays in the driver's memory."""
+
+    def __init__(self):
+        self.buffer = bytearray(COPY_CHUNK)
+
+    def receive(self, jobs_fd, size):
+        """A memfd holding the next `size` bytes of `jobs_fd`, or None at end of input."""
+        fd = os.memfd_create("job", 0)
+        view = memoryview(self.buffer)
+        used = 0
         try:
-            with open("/proc/" + name, "rb") as handle:
-                if handle.read().count(b"\n") > empty_lines:
-                    return True
-        except OSError:
-            pass
-    return False
+            left = size
+            while left:
+                count = os.readv(jobs_fd, [view[: min(left, COPY_CHUNK)]])
+                if not count:
+                    os.close(fd)
+                    return None
+                used = max(used, count)
+                _write_all(fd, view[:count])
+                left -= count
+        finally:
+            view[:used] = bytes(used)
+        return fd
 
 
-def _run_job(job, result_fd, protected, resource):
+def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
     """Run every case of one program and report it (READY, CASE frames, DONE)."""
-    # The driver compiles the program: bound its memory too (soft limit, so that a later
-    # job may ask for more).
-    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-    soft = job["memory_bytes"] if hard == resource.RLIM_INFINITY else min(job["memory_bytes"], hard)
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     _write_all(result_fd, b"READY %d\n" % (1 if protected else 0))
-    cap = job["max_output_bytes"]
+    cap = header["max_output_bytes"]
     # What the harness receives over the whole run is bounded too: a program printing the
     # per-case cap on every one of many cases would otherwise fill the harness's memory.
-    budget = job["max_run_output_bytes"]
-    pid_namespace = job["pid_namespace"] and os.getpid() == 1
-    # The source file only serves tracebacks (linecache) and __file__; raw posix calls
-    # because a text-mode open() costs ~1 ms here.
-    work_dir, _, main_name = job["main_path"].rpartition("/")
-    work_dir = work_dir or "/"
-    main_fd = os.open(job["main_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    _write_all(main_fd, job["source"].encode("utf-8", "surrogatepass"))
-    os.close(main_fd)
-    try:
-        code = _compile(job["source"], job["main_path"])
-        compile_error = None
-    except BaseException as err:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError
-        if isinstance(err, SyntaxError):
-            err.filename = job["main_path"]
-        code = None
-        compile_error = ("%s: %s\n" % (type(err).__name__, err)).encode("utf-8", "backslashreplace")
-    checks = {}
-    for index, case in enumerate(job["cases"]):
-        if code is not None and case[0] == "check":
-            checks[index] = _compile(case[4], "<check>")
-    if code is not None and any(case[0] == "call" for case in job["cases"]):
+    budget = header["max_run_output_bytes"]
+    pid_namespace = header["pid_namespace"] and os.getpid() == 1
+    work_dir = header["main_path"].rpartition("/")[0] or "/"
+    kernel.prepare_filter(header["seccomp"])
+    if "call" in header["kinds"] or "eval" in header["kinds"]:
         import json  # noqa: F401  (loaded once here, inherited by every forked child)
+    if "call" in header["kinds"]:
         import typing  # noqa: F401
-
+    if "mode" not in state:
+        state["mode"] = os.stat(work_dir).st_mode & 0o7777
+    compile_error = -1  # the stderr memfd of the case that found the program does not compile
     stopped = False
-    for index, case in enumerate(job["cases"]):
+    for index, kind in enumerate(header["kinds"]):
         if stopped:
             _write_all(result_fd, b"CASE %d skipped 0 0 0 0 0 0 0 0 0\n" % index)
             continue
-        if code is None:
-            err = compile_error[:cap]
-            header = b"CASE %d compile 1 0 0 0 %d 0 %d 0 0\n" % (index, len(compile_error), len(err))
-            _write_all(result_fd, header + err)
+        if compile_error >= 0:
+            total, kept = _kept(compile_error, min(cap, budget))
+            _write_all(result_fd, b"CASE %d compile 1 0 0 0 %d 0 %d 0 0\n" % (index, total, kept))
+            _send(result_fd, compile_error, kept)
+            budget -= kept
             continue
-        kind = case[0]
         fds = (
-            _memfd("stdin", case[1]),
             _memfd("stdout"),
             _memfd("stderr"),
-            _memfd("value") if kind in ("call", "check") else -1,
+            _memfd("value") if kind in ("call", "eval") else -1,
+            _memfd("started"),
         )
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            run = case if kind != "check" else (kind, case[1], case[2], case[3], checks[index])
-            _child(job, run, code, fds)
-        status, cpu, timed_out = _wait(pid, job["wall_seconds"])
+            _child(header, index, payload_fd, fds, kernel)
+        status, _, timed_out = _wait(pid, header["wall_seconds"])
         wall = time.monotonic() - started
         strays = _sweep(pid, pid_namespace)
-        # Each case starts from the same /tmp, as a fresh run would: files the previous case
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # Every process of the case counts, not only the main one: the sweep reaped them all.
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        ran = os.fstat(fds[3]).st_size > 0
+        # Each case starts from an empty /tmp, as a fresh run would: files the previous case
         # wrote would let a program carry state from one test to the next.
-        _wipe(work_dir, keep=main_name)
+        _wipe(work_dir, state["mode"])
         if timed_out:
             term, number = b"wall", 0
-            stopped = job["stop_on_timeout"]
+            stopped = header["stop_on_timeout"]
+        elif not ran:
+            exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+            term, number = (b"compile", 1) if exit_code == COMPILE_FAILED_STATUS else (b"setup", exit_code)
+        elif cpu > header["cpu_seconds"] or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == 24):
+            # SIGXCPU at the soft CPU limit of one process, or all of them together past it.
+            term, number = b"cpu", (-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+            stopped = header["stop_on_timeout"]
         elif os.WIFSIGNALED(status):
             term, number = b"signal", os.WTERMSIG(status)
-            # SIGXCPU at the soft CPU limit, SIGKILL at the hard one.
-            if number == 24 or (number == SIGKILL and cpu >= job["cpu_seconds"]):
-                stopped = job["stop_on_timeout"]
         else:
             term, number = b"exit", os.WEXITSTATUS(status)
-        out_total, out = _read_kept(fds[1], min(cap, budget))
-        budget -= len(out)
-        err_total, err = _read_kept(fds[2], min(cap, STDERR_KEPT, budget))
-        budget -= len(err)
-        value = b""
-        if fds[3] >= 0:
-            value = _read_kept(fds[3], min(cap, budget))[1]
-            budget -= len(value)
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
-        header = b"CASE %d %s %d %.6f %.6f %d %d %d %d %d %d\n" % (
-            index, term, number, cpu, wall, out_total, err_total, len(out), len(err), len(value), int(strays)
+        out_total, out = _kept(fds[0], min(cap, budget))
+        budget -= out
+        err_total, err = _kept(fds[1], min(cap, STDERR_KEPT, budget))
+        budget -= err
+        value = 0
+        if fds[2] >= 0:
+            value = _kept(fds[2], min(cap, budget))[1]
+            budget -= value
+        header_line = b"CASE %d %s %d %.6f %.6f %d %d %d %d %d %d\n" % (
+            index, term, number, cpu, wall, out_total, err_total, out, err, value, int(strays)
         )
-        _write_all(result_fd, header + out + err + value)
+        _write_all(result_fd, header_line)
+        _send(result_fd, fds[0], out)
+        _send(result_fd, fds[1], err)
+        if fds[2] >= 0:
+            _send(result_fd, fds[2], value)
+        if term == b"compile":
+            compile_error = fds[1]
+        for fd in fds:
+            if fd >= 0 and fd != compile_error:
+                os.close(fd)
+    if compile_error >= 0:
+        os.close(compile_error)
     # Whatever the program wrote stays out of the next program's way; a sandbox that
     # cannot be cleaned, or holds kernel objects, retires ("DONE 1").
-    clean = _wipe(work_dir) and not (pid_namespace and _leftovers())
+    clean = _wipe(work_dir, state["mode"]) and not (pid_namespace and _leftovers(state["keys"]))
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
     return clean
 
@@ -523,21 +686,35 @@ def main():
     jobs_fd = os.dup2(0, RESULT_FD_TARGET + 1, inheritable=False)
     os.dup2(null, 0)
     os.close(null)
-    protected = _make_undumpable()
+    import _signal
+
+    # As PID 1 the driver gets only the signals it handles; Python handles SIGINT.
+    _signal.signal(SIGINT, _signal.SIG_IGN)
+    kernel = _Kernel()
+    protected = kernel.make_undumpable()
+    kernel.new_session_keyring()
 
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    # Jobs arrive one after another, each an 8-byte big-endian length and a marshal blob;
-    # the harness closes stdin when it has no more.
+    state = {"keys": _count_lines("/proc/keys")}
+    payloads = _Payload()
+    # Jobs arrive one after another, each a header and a payload, both an 8-byte big-endian
+    # length and the bytes; the harness closes stdin when it has no more.
     while True:
-        header = _read_exact(jobs_fd, 8)
-        if header is None:
+        size = _read_exact(jobs_fd, 8)
+        blob = None if size is None else _read_exact(jobs_fd, int.from_bytes(size, "big"))
+        size = None if blob is None else _read_exact(jobs_fd, 8)
+        if size is None:
             return
-        blob = _read_exact(jobs_fd, int.from_bytes(header, "big"))
-        if blob is None:
+        payload_fd = payloads.receive(jobs_fd, int.from_bytes(size, "big"))
+        if payload_fd is None:
             return
-        if not _run_job(marshal.loads(blob), result_fd, protected, resource):
+        try:
+            clean = _run_job(marshal.loads(blob), payload_fd, result_fd, protected, kernel, resource, state)
+        finally:
+            os.close(payload_fd)
+        if not clean:
             return
 
 

@@ -1,4 +1,4 @@
-"""How a sandboxed process is started: the bubblewrap command line, or the rlimit fallback.
+"""How a sandboxed process is started: the bubblewrap command line, or the unisolated one.
 
 bubblewrap backend (Debian package `bubblewrap`): new user, PID, network, IPC, UTS and
 cgroup namespaces; no nested user namespaces; read-only binds of the system directories the
@@ -8,10 +8,10 @@ null, zero, random and urandom; a /proc of the sandbox's own PID namespace; an e
 PID 1, so the whole tree dies with it. The network namespace has only a loopback interface,
 so every address outside it fails with ENETUNREACH before a packet leaves.
 
-rlimits fallback (no bubblewrap, or it cannot create namespaces here): the same driver and
-rlimits, a new session, a temporary working directory, the same scrubbed environment. It
-does not hide the file system or the network and cannot reach processes that leave the
-program's process group; `Sandbox` warns once when it falls back.
+rlimits backend (only by explicit opt-in, `Sandbox(backend="rlimits")`): the same driver,
+rlimits and seccomp filter, a new session, a temporary working directory, the same scrubbed
+environment. It does not hide the file system or the network and cannot reach processes
+that leave the program's process group; `Sandbox` announces it loudly every time.
 
 When the harness runs as root, sandboxed processes run as an unprivileged uid (default
 65534, "nobody"): RLIMIT_NPROC is not enforced for uid 0, so a fork bomb would only be
@@ -28,6 +28,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from gdpo_nemo.sandbox import seccomp
+
 # Directories of the root file system made visible read-only when they exist.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The dynamic loader's cache is all of /etc the interpreter uses (Debian finds its libraries
@@ -42,7 +44,7 @@ SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The unprivileged uid/gid used when the harness is root (Debian's "nobody"/"nogroup").
 DEFAULT_UNPRIVILEGED_ID = 65534
-BACKENDS = ("auto", "bwrap", "rlimits")
+BACKENDS = ("bwrap", "rlimits")
 
 
 def default_python() -> str:
@@ -120,6 +122,8 @@ class Isolation:
         self._driver = driver_source
         self._driver_code = compile_driver(python, driver_source)
         self._prefix = self._drop_privileges_prefix()
+        # Built once here so that an unknown machine fails before any program runs.
+        self.seccomp_filter = seccomp.filter_program()
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
 
     def _drop_privileges_prefix(self) -> list[str]:
@@ -177,7 +181,7 @@ class Isolation:
         return args
 
     def launch(self, tmp_bytes: int, workdir: str | None) -> Launch:
-        """How to start the driver once. `workdir`: the fallback's private directory (made by
+        """How to start the driver once. `workdir`: the rlimits backend's private directory (made by
         the caller, removed after the run); ignored by bwrap, whose /tmp is a fresh tmpfs."""
         if self.backend == "bwrap":
             argv = (

@@ -12,16 +12,18 @@ MIB = 1 << 20
 class Limits:
     """What one program may use. Every limit applies to each test case separately.
 
-    cpu_seconds: CPU time of the program's main process per test case (RLIMIT_CPU, rounded
-        up to whole seconds; SIGXCPU at the limit, SIGKILL one second later). Default 4 s:
+    cpu_seconds: CPU time per test case (rounded up to whole seconds), of each process
+        (RLIMIT_CPU: SIGXCPU at the limit, SIGKILL one second later) and of all the case's
+        processes together (past it the case is a timeout). Default 4 s:
         competitive-programming time limits are 1-2 s for C++, and Python needs more.
     wall_seconds: wall-clock time per test case; at the limit the whole process tree is
         killed. Default 8 s, twice the CPU limit, so a busy machine does not turn a correct
         program into a timeout while `sleep()` still cannot stall the batch.
     memory_bytes: address space of each process (RLIMIT_AS). Default 1 GiB: typical judges
         allow 256 MiB of data, and CPython plus a deep-recursion thread stack needs headroom.
-        Without cgroups this bounds each process, so the sandbox as a whole can reach
-        `memory_bytes * max_processes`; keep that product below the machine's memory.
+        With a cgroup per sandbox (cgroups.py) the whole sandbox holds at most
+        `memory_bytes + tmp_bytes + 128 MiB`; without, each process is bounded, so the
+        sandbox as a whole can reach `memory_bytes * max_processes`.
     max_processes: processes plus threads the program may have at once, its main one
         included (RLIMIT_NPROC, counted per sandbox because each sandbox has its own user
         namespace). Default 16: enough for a thread pool, small enough that a fork bomb stops

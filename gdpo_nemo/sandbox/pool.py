@@ -4,7 +4,7 @@ Each job is one program with its test cases. Jobs run on a thread pool: a thread
 on its sandbox's pipes, so threads are enough, and the sandboxes themselves are separate
 processes that use every core. With `reuse=True` (the default) each thread keeps one
 bubblewrap sandbox for job after job (`worker.SandboxWorker`: the sandbox is emptied between
-programs and retired when it cannot be); with `reuse=False`, or on the rlimits fallback,
+programs and retired when it cannot be); with `reuse=False`, or on the rlimits backend,
 every job gets a sandbox of its own.
 """
 

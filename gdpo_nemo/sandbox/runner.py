@@ -1,21 +1,22 @@
 """Run one model-written Python program on its test cases inside the sandbox.
 
-    sandbox = Sandbox()                                   # bubblewrap if usable, else rlimits (warns once)
+    sandbox = Sandbox()                                   # bubblewrap; SandboxError where it cannot work
     [result] = sandbox.run_cases(source, [Case(stdin="1 2\\n")], limits=Limits(cpu_seconds=2))
     result.status, result.stdout                          # "ok", "3\\n"
 
-One sandbox invocation runs all cases of one program: the driver (`_driver.py`) starts once,
-compiles the program once, and forks a fresh child per case, which costs about a millisecond
-instead of a new interpreter. Each case still gets fresh stdin/stdout/stderr, its own CPU
-and wall-clock limits, a sweep that kills anything the case left running, and a /tmp
-emptied of what earlier cases wrote.
+One sandbox invocation runs all cases of one program: the driver (`_driver.py`) starts once
+and forks a fresh child per case, which reads the program from the job's payload, compiles
+it and becomes it: about a millisecond instead of a new interpreter. Each case gets fresh
+stdin/stdout/stderr, its own CPU and wall-clock limits and seccomp filter, a sweep that
+kills anything the case left running, and a /tmp emptied of what earlier cases wrote.
 
 Status of a case (`ExecResult.status`):
 - "ok": the program exited with status 0 and left no process behind.
 - "error": a runtime error: non-zero exit status (an uncaught exception exits 1) or a crash
   signal (SIGSEGV on runaway recursion, ...).
 - "compile_error": the source does not compile (SyntaxError, NUL bytes, ...).
-- "timeout": the CPU limit (SIGXCPU, or SIGKILL past it) or the wall-clock limit was hit.
+- "timeout": the CPU limit (SIGXCPU, or SIGKILL past it, or the case's processes together
+  past it) or the wall-clock limit was hit.
 - "memory_limit": the program died with a MemoryError (the address-space limit).
 - "output_limit": stdout or stderr reached `max_file_bytes`.
 - "stray_process": the program exited 0 but left processes running (a daemon); they were
@@ -23,16 +24,16 @@ Status of a case (`ExecResult.status`):
 - "skipped": not run, because an earlier case timed out and the run was asked to stop at
   the first timeout (`stop_on_timeout=True`).
 - "sandbox_error": the driver never reported this case (the program killed it, which only
-  the fallback allows, or the whole run passed its deadline).
+  the rlimits backend allows, or the whole run passed its deadline), or could not prepare it.
 Only "ok" counts as having run without error.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import marshal
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +43,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gdpo_nemo.sandbox._tree import empty_directory
+from gdpo_nemo.sandbox.cgroups import CgroupRoot, SandboxCgroup
 from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python
 from gdpo_nemo.sandbox.limits import Limits
 
@@ -50,13 +53,17 @@ log = logging.getLogger(__name__)
 STATUSES = (
     "ok", "error", "compile_error", "timeout", "memory_limit", "output_limit", "stray_process", "skipped", "sandbox_error",
 )
-DRIVER_SOURCE = (Path(__file__).parent / "_driver.py").read_text(encoding="utf-8")
+# What runs inside the sandbox: the directory emptier, then the driver that uses it.
+DRIVER_SOURCE = "\n".join(
+    (Path(__file__).parent / name).read_text(encoding="utf-8") for name in ("_tree.py", "_driver.py")
+)
 # Seconds allowed for bubblewrap and the interpreter to start, on top of the cases' own wall
 # limits, before the harness kills the whole run.
 STARTUP_SLACK_S = 10.0
 # Per-case slack for the driver's own work (fork, reading outputs) within the run deadline.
 PER_CASE_SLACK_S = 0.5
 _SIGXCPU = int(signal.SIGXCPU)
+BACKEND_ENV = "GDPO_NEMO_SANDBOX_BACKEND"
 _SIGKILL = int(signal.SIGKILL)
 
 
@@ -71,41 +78,47 @@ class Case:
     stdin: text (or bytes) fed to the program's standard input ("stdio" cases).
     call: name of a function (or `Solution` method) to call after the program ran, with
         `args`; its return value comes back as JSON in `ExecResult.value` ("call" cases).
-    check: Python statements run in the program's namespace after it ran, e.g.
-        "assert f(1) == 2"; `ExecResult.value` is "pass", or "fail" on AssertionError
-        ("check" cases). Any other exception is a runtime error of the program.
+    evaluate: Python expressions evaluated, one after another, in the program's namespace
+        after it ran, e.g. ("f(1)", "f(2)"); their values come back in `ExecResult.value`,
+        encoded as `values.decode_values` reads them ("eval" cases). The harness judges
+        them: the sandbox never sees what they are compared with. An exception is a
+        runtime error of the program.
     """
 
     stdin: str | bytes = ""
     call: str | None = None
     args: tuple | list = ()
-    check: str | None = None
+    evaluate: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stdin, (str, bytes)):
             raise ValueError(f"Case.stdin must be str or bytes, got {type(self.stdin).__name__}")
-        if self.call is not None and self.check is not None:
-            raise ValueError("a Case takes either call= or check=, not both")
+        if self.call is not None and self.evaluate is not None:
+            raise ValueError("a Case takes either call= or evaluate=, not both")
         if self.call is not None and (not isinstance(self.call, str) or not self.call.isidentifier()):
             raise ValueError(f"Case.call must be a Python identifier, got {self.call!r}")
         if not isinstance(self.args, (tuple, list)):
             raise ValueError(f"Case.args must be a list or tuple of arguments, got {type(self.args).__name__}")
-        if self.check is not None:
-            if not isinstance(self.check, str):
-                raise ValueError(f"Case.check must be a string of Python statements, got {type(self.check).__name__}")
-            try:
-                compile(self.check, "<check>", "exec", dont_inherit=True)
-            except (SyntaxError, ValueError) as err:
-                raise ValueError(f"Case.check does not compile ({err}): {self.check[:200]!r}") from None
+        if self.evaluate is not None:
+            if isinstance(self.evaluate, str) or not isinstance(self.evaluate, (tuple, list)) or not self.evaluate:
+                raise ValueError(f"Case.evaluate must be a non-empty tuple of expressions, got {self.evaluate!r:.200}")
+            object.__setattr__(self, "evaluate", tuple(self.evaluate))
+            for expression in self.evaluate:
+                if not isinstance(expression, str):
+                    raise ValueError(f"Case.evaluate must hold strings of Python expressions, got {type(expression).__name__}")
+                try:
+                    compile(expression, "<evaluate>", "eval", dont_inherit=True)
+                except Exception as err:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError
+                    raise ValueError(f"Case.evaluate expression does not compile ({type(err).__name__}: {err}): {expression[:200]!r}") from None
 
     @property
     def kind(self) -> str:
-        """"stdio", "call" or "check"."""
-        return "call" if self.call is not None else "check" if self.check is not None else "stdio"
+        """"stdio", "call" or "eval"."""
+        return "call" if self.call is not None else "eval" if self.evaluate is not None else "stdio"
 
     def _wire(self) -> tuple:
         stdin = self.stdin.encode("utf-8", "surrogatepass") if isinstance(self.stdin, str) else bytes(self.stdin)
-        return (self.kind, stdin, self.call, list(self.args), self.check)
+        return (self.kind, stdin, self.call, list(self.args), list(self.evaluate or ()))
 
 
 @dataclass(frozen=True)
@@ -116,8 +129,9 @@ class ExecResult:
     signal that killed it (subprocess's convention), or None when it never ran (compile
     error, lost case). stdout/stderr: the kept output, decoded as UTF-8 (undecodable bytes
     replaced). wall_s / cpu_s: seconds of wall-clock time and of CPU time of the main process.
-    value: "call" cases: the JSON text of the return value (None if the call never
-    happened or "\\x00unserializable"); "check" cases: "pass" or "fail"; stdio: None.
+    value: "call" cases: the JSON text of the return value; "eval" cases: the encoded values
+    (`values.decode_values`); None if the program never got there, "\\x00unserializable"
+    if a value could not be encoded; stdio: None.
     """
 
     status: str
@@ -161,50 +175,96 @@ class _Report:
     retiring: bool  # it will serve no further job (DONE 1)
 
 
-def _parse_frames(data: bytes, count: int) -> _Report:
-    """The driver's report of one job, from its output.
+class FrameReader:
+    """Reads the driver's report of one job as it arrives, each byte once.
 
-    Anything malformed, out of order or after DONE voids the whole report: those bytes did
-    not come from the driver as written.
+    `feed` returns True once the report is complete (DONE after every case) or void:
+    anything malformed, out of order or after DONE voids the whole report, because those
+    bytes did not come from the driver as written.
     """
-    void = _Report(True, False, {}, False, True)
-    if not data.startswith(b"READY "):
-        return _Report(False, False, {}, False, True)
-    line_end = data.find(b"\n")
-    protected = data[6:line_end] == b"1"
-    frames: dict[int, _Frame] = {}
-    position = line_end + 1
-    while position < len(data):
-        line_end = data.find(b"\n", position)
+
+    def __init__(self, count: int):
+        self.count = count
+        self.data = bytearray()
+        self.position = 0
+        self.started = self.protected = self.done = self.void = False
+        self.retiring = True
+        self.frames: dict[int, _Frame] = {}
+        self._pending: tuple | None = None  # a frame header whose body has not all arrived
+
+    def feed(self, chunk: bytes) -> bool:
+        """Add the next bytes of the driver's output; True when nothing more is expected."""
+        self.data += chunk
+        while not (self.done or self.void):
+            if not self._step():
+                break
+        return self.done or self.void
+
+    def _step(self) -> bool:
+        """Parse one line or frame body; False when more bytes are needed."""
+        if self._pending is not None:
+            fields, size = self._pending
+            if len(self.data) - self.position < size:
+                return False
+            body = bytes(self.data[self.position : self.position + size])
+            index, term, number, cpu_s, wall_s, out_total, err_total, len_out, len_err, strays = fields
+            self.frames[index] = _Frame(
+                term, number, cpu_s, wall_s, out_total, err_total,
+                body[:len_out], body[len_out : len_out + len_err], body[len_out + len_err :], strays,
+            )
+            self.position += size
+            self._pending = None
+            return True
+        line_end = self.data.find(b"\n", self.position)
         if line_end < 0:
-            break
-        line = data[position:line_end]
+            if len(self.data) - self.position > 200:  # no line of the protocol is this long
+                self.void = True
+            return False
+        line = bytes(self.data[self.position : line_end])
+        self.position = line_end + 1
+        if not self.started:
+            if line not in (b"READY 0", b"READY 1"):
+                self.void = True
+                return False
+            self.started, self.protected = True, line == b"READY 1"
+            return True
         if line in (b"DONE 0", b"DONE 1"):
-            if line_end + 1 != len(data) or len(frames) != count:
-                return void
-            return _Report(True, protected, frames, True, line == b"DONE 1")
+            if self.position != len(self.data) or len(self.frames) != self.count:
+                self.void = True
+            else:
+                self.done, self.retiring = True, line == b"DONE 1"
+            return False
         parts = line.split(b" ")
         if len(parts) != 12 or parts[0] != b"CASE":
-            return void
+            self.void = True
+            return False
         try:
             index, number = int(parts[1]), int(parts[3])
             cpu_s, wall_s = float(parts[4]), float(parts[5])
             out_total, err_total, len_out, len_err, len_val, strays = (int(p) for p in parts[6:12])
         except ValueError:
-            return void
-        if index != len(frames) or index >= count or min(len_out, len_err, len_val) < 0:
-            return void
-        body = line_end + 1
-        end = body + len_out + len_err + len_val
-        if end > len(data):
-            break
-        frames[index] = _Frame(
-            parts[2].decode("ascii", "replace"), number, cpu_s, wall_s, out_total, err_total,
-            data[body : body + len_out], data[body + len_out : body + len_out + len_err],
-            data[body + len_out + len_err : end], bool(strays),
-        )
-        position = end
-    return _Report(True, protected, frames, False, True)
+            self.void = True
+            return False
+        if index != len(self.frames) or index >= self.count or min(len_out, len_err, len_val) < 0:
+            self.void = True
+            return False
+        term = parts[2].decode("ascii", "replace")
+        self._pending = ((index, term, number, cpu_s, wall_s, out_total, err_total, len_out, len_err, bool(strays)),
+                         len_out + len_err + len_val)
+        return True
+
+    def report(self) -> _Report:
+        """What the driver reported (nothing but `started` if the report is void)."""
+        if self.void:
+            return _Report(self.started, False, {}, False, True)
+        return _Report(self.started, self.protected, dict(self.frames), self.done, self.retiring)
+
+
+def _parse_frames(data: bytes, count: int) -> _Report:
+    """The driver's report of one job, from its whole output."""
+    reader = FrameReader(count)
+    reader.feed(data)
+    return reader.report()
 
 
 def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
@@ -213,11 +273,14 @@ def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
         return "compile_error", None
     if frame.term == "skipped":
         return "skipped", None
+    if frame.term == "setup":
+        return "sandbox_error", None
     if frame.term == "wall":
         return "timeout", -_SIGKILL
+    if frame.term == "cpu":
+        # SIGXCPU, SIGKILL at the hard limit, or every process of the case together past it.
+        return "timeout", frame.number  # minus the signal when one killed it
     if frame.term == "signal":
-        if frame.number == _SIGXCPU or (frame.number == _SIGKILL and frame.cpu_s >= limits.cpu_rlimit):
-            return "timeout", -frame.number
         if frame.number == int(signal.SIGXFSZ):
             return "output_limit", -frame.number
         return "error", -frame.number
@@ -235,9 +298,7 @@ def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
 def _result(frame: _Frame, case: Case, limits: Limits) -> ExecResult:
     status, returncode = _status(frame, limits)
     value: str | None = None
-    if case.kind == "check" and frame.value in (b"P", b"F"):
-        value = "pass" if frame.value == b"P" else "fail"
-    elif case.kind == "call" and frame.value:
+    if case.kind in ("call", "eval") and frame.value:
         value = frame.value.decode("utf-8", "replace")
     return ExecResult(
         status=status,
@@ -265,27 +326,48 @@ def _warn_once(key: str, message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+def _shout(message: str) -> None:
+    """A warning that cannot be missed: logged, raised as a RuntimeWarning, and written to
+    stderr, every time."""
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    try:
+        sys.stderr.write(f"\n*** {message} ***\n\n")
+    except (OSError, ValueError):
+        pass
+
+
 @dataclass
 class Sandbox:
     """Where and how programs run. Thread-safe; one instance can serve a whole pool.
 
-    backend: "auto" (bubblewrap when it works here, else the rlimits fallback with a one-time
-        warning), "bwrap" (raise SandboxError if it cannot work) or "rlimits".
+    backend: "bwrap" (the default: bubblewrap; raises SandboxError where it cannot work) or
+        "rlimits", the explicit opt-in to run model-written programs WITHOUT isolation (the
+        same driver, rlimits and seccomp filter, but the program sees the file system, the
+        network and the harness's processes; docs/sandbox.md). Choosing "rlimits" warns
+        loudly each time a Sandbox starts using it. `default_sandbox()` reads the
+        environment variable GDPO_NEMO_SANDBOX_BACKEND (unset: "bwrap").
     python: interpreter for the programs (default `isolation.default_python()`); the driver
         needs CPython >= 3.8.
     uid: unprivileged uid/gid to run programs as when the harness is root (default 65534);
         ignored when the harness is not root.
+    cgroups: give each sandbox a cgroup bounding its memory, processes and CPU as a whole
+        where the machine allows it (`cgroups.CgroupRoot.detect`; default True). Where it
+        does not, bounds are per process and the Sandbox warns once.
     """
 
-    backend: str = "auto"
+    backend: str = "bwrap"
     python: str | None = None
     uid: int | None = None
+    cgroups: bool = True
     _isolation: Isolation | None = field(default=None, init=False, repr=False, compare=False)
+    _cgroup_root: CgroupRoot | None = field(default=None, init=False, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+            hint = " (the silent fallback is gone: pass 'rlimits' to opt in to running without isolation)" if self.backend == "auto" else ""
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}{hint}")
         if self.python is None:
             self.python = default_python()
         if not os.access(self.python, os.X_OK):
@@ -303,27 +385,53 @@ class Sandbox:
     def _get_isolation(self) -> Isolation:
         with self._lock:
             if self._isolation is None:
+                if self.cgroups:
+                    self._cgroup_root = _shared_cgroup_root()
                 self._isolation = self._choose()
             return self._isolation
 
+    @property
+    def bounded_per_sandbox(self) -> bool:
+        """True when each sandbox gets a cgroup (memory, processes, CPU bounded as a whole)."""
+        self._get_isolation()
+        return self._cgroup_root is not None
+
+    def new_cgroup(self, limits: Limits) -> SandboxCgroup | None:
+        """A cgroup for one new sandbox, bounded for `limits`, or None without cgroups."""
+        if self._cgroup_root is None:
+            return None
+        cgroup = self._cgroup_root.create()
+        try:
+            cgroup.apply(limits)
+        except OSError as err:
+            cgroup.remove()
+            raise SandboxError(f"cannot bound the sandbox's cgroup: {err}") from err
+        return cgroup
+
     def _choose(self) -> Isolation:
-        if self.backend in ("auto", "bwrap"):
+        if self.backend == "bwrap":
             try:
                 isolation = Isolation("bwrap", self.python, self.uid, DRIVER_SOURCE)
                 problem = self._probe(isolation)
             except RuntimeError as err:
                 problem = str(err)
-            if problem is None:
-                return isolation
-            if self.backend == "bwrap":
-                raise SandboxError(f"the bubblewrap sandbox does not work here: {problem}")
-            _warn_once(
-                "fallback",
-                f"gdpo_nemo.sandbox: bubblewrap is unusable ({problem}); falling back to rlimits + a new "
-                "session + a temporary directory: programs can see the file system and the network. "
-                "Install the Debian package `bubblewrap` for isolation.",
-            )
-        isolation = Isolation("rlimits", self.python, self.uid, DRIVER_SOURCE)
+            if problem is not None:
+                raise SandboxError(
+                    f"the bubblewrap sandbox does not work here: {problem}. Model-written programs never run "
+                    "unisolated by default: install the Debian package `bubblewrap` and allow unprivileged user "
+                    "namespaces, or opt in to running them WITHOUT isolation with Sandbox(backend='rlimits') or "
+                    "GDPO_NEMO_SANDBOX_BACKEND=rlimits (development only; docs/sandbox.md)"
+                )
+            return isolation
+        _shout(
+            "gdpo_nemo.sandbox: UNISOLATED backend 'rlimits' chosen: model-written programs run with rlimits and a "
+            "seccomp filter only; they can read your files (data, expected outputs, keys), reach the network and "
+            "signal your processes. Never train on untrusted output this way."
+        )
+        try:
+            isolation = Isolation("rlimits", self.python, self.uid, DRIVER_SOURCE)
+        except RuntimeError as err:
+            raise SandboxError(f"the rlimits sandbox does not work here: {err}") from None
         problem = self._probe(isolation)
         if problem is not None:
             raise SandboxError(f"the rlimits sandbox does not work here: {problem}")
@@ -383,13 +491,22 @@ class Sandbox:
 
     def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout) -> list[ExecResult]:
         blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
+        cgroup = self.new_cgroup(limits)
+        try:
+            return self._run_process(launch, cgroup, blob, cases, limits)
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+
+    def _run_process(self, launch, cgroup, blob, cases, limits) -> list[ExecResult]:
+        argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)
         try:
             process = subprocess.Popen(
-                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd=launch.cwd, env=launch.env, close_fds=True, start_new_session=True,
             )
         except OSError as err:
-            raise SandboxError(f"cannot start {launch.argv[0]}: {err}") from err
+            raise SandboxError(f"cannot start {argv[0]}: {err}") from err
         timed_out = False
         try:
             # One job, then end of input: the driver exits after it.
@@ -406,11 +523,14 @@ class Sandbox:
 
 
 def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool) -> bytes:
-    """One job as the driver reads it: an 8-byte big-endian length, then the marshal blob."""
-    job = {
-        "source": source,
+    """One job as the driver reads it: the header (limits, case kinds, seccomp filter) and
+    the payload (source and cases), each an 8-byte big-endian length and a marshal blob.
+
+    Raises ValueError when the cases' arguments are not plain data (or nest too deeply).
+    """
+    header = {
         "main_path": launch.main_path,
-        "cases": [case._wire() for case in cases],
+        "kinds": [case.kind for case in cases],
         "cpu_seconds": limits.cpu_rlimit,
         "wall_seconds": float(limits.wall_seconds),
         "memory_bytes": int(limits.memory_bytes),
@@ -421,12 +541,14 @@ def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limit
         "max_run_output_bytes": int(limits.max_run_output_bytes),
         "pid_namespace": launch.pid_namespace,
         "stop_on_timeout": bool(stop_on_timeout),
+        "seccomp": isolation.seccomp_filter,
     }
     try:
-        blob = marshal.dumps(job, 4)
+        payload = marshal.dumps({"source": source, "cases": [case._wire() for case in cases]}, 4)
     except ValueError as err:
         raise ValueError(f"Case.args must hold only JSON-like values (None, bool, int, float, str, list, dict): {err}") from None
-    return len(blob).to_bytes(8, "big") + blob
+    head = marshal.dumps(header, 4)
+    return len(head).to_bytes(8, "big") + head + len(payload).to_bytes(8, "big") + payload
 
 
 def run_deadline(cases: list[Case], limits: Limits) -> float:
@@ -468,31 +590,44 @@ def kill_group(process: subprocess.Popen) -> None:
 
 
 def _remove_tree(path: str) -> None:
-    def make_writable_and_retry(function, target, _error):
-        # A program may have removed write permission from its own directories.
-        try:
-            os.chmod(os.path.dirname(target), 0o700)
-            os.chmod(target, 0o700)
-            function(target)
-        except OSError:
-            pass
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=make_writable_and_retry)
-    else:
-        shutil.rmtree(path, onerror=make_writable_and_retry)
+    """Remove the rlimits backend's working directory, whatever a program left in it (any
+    depth, no permissions, links); best effort."""
+    empty_directory(path)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 _default: Sandbox | None = None
 _default_lock = threading.Lock()
+_cgroup_root: tuple[CgroupRoot | None, str] | None = None
+
+
+def _shared_cgroup_root() -> CgroupRoot | None:
+    """The process-wide root of per-sandbox cgroups (detected once; removed at exit), or
+    None with a one-time warning saying why."""
+    global _cgroup_root
+    with _default_lock:
+        if _cgroup_root is None:
+            _cgroup_root = CgroupRoot.detect()
+            if _cgroup_root[0] is not None:
+                atexit.register(_cgroup_root[0].close)
+        root, reason = _cgroup_root
+    if root is None:
+        _warn_once("cgroups", f"gdpo_nemo.sandbox: no cgroup per sandbox ({reason}); memory, processes and CPU "
+                   "are bounded per process only (docs/sandbox.md)")
+    return root
 
 
 def default_sandbox() -> Sandbox:
-    """The process-wide Sandbox with default settings (created on first use)."""
+    """The process-wide Sandbox (created on first use): backend from the environment variable
+    GDPO_NEMO_SANDBOX_BACKEND ("bwrap" when unset; "rlimits" is the opt-in to run without
+    isolation)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = Sandbox()
+            _default = Sandbox(backend=os.environ.get(BACKEND_ENV, "bwrap") or "bwrap")
         return _default
 
 

@@ -3,13 +3,14 @@
 Starting a sandbox (bubblewrap's namespaces and mounts, an interpreter, the driver) is most
 of the cost of running a trivial program. A `SandboxWorker` keeps one sandbox and its driver
 running and sends it one job (a program and its cases) at a time; what each program gets is
-unchanged: fresh forked processes, its own rlimits, a sweep that kills every process it
-left, a private /tmp.
+unchanged: fresh forked processes that inherit nothing of earlier jobs (the driver never
+holds a job's payload or a program's output in its memory, see `_driver`), its own rlimits
+and seccomp filter, a sweep that kills every process it left, a private /tmp.
 
-Between two programs the driver empties /tmp; it retires the sandbox (the next job starts a
-fresh one) when /tmp cannot be emptied, when the program left System V IPC objects or keys
-(the kernel objects that outlive processes in the sandbox's namespaces; POSIX message queues
-are disabled by RLIMIT_MSGQUEUE = 0), or when a job hits the harness's deadline. Only the
+Between two programs the driver empties /tmp and resets its mode, times and extended
+attributes; it retires the sandbox (the next job starts a fresh one) when /tmp cannot be
+reset, when the program left System V IPC objects, keys or sockets (TCP TIME_WAIT) in the
+sandbox's namespaces, or when a job hits the harness's deadline or garbles its report. Only the
 bubblewrap backend is reused: without namespaces, leftovers could not be told apart from the
 rest of the machine.
 """
@@ -28,8 +29,9 @@ from gdpo_nemo.sandbox.runner import (
     Case,
     ExecResult,
     Sandbox,
+    FrameReader,
     SandboxError,
-    _parse_frames,
+    _Report,
     collect,
     job_blob,
     kill_group,
@@ -50,12 +52,13 @@ class SandboxWorker:
 
     def __init__(self, sandbox: Sandbox, tmp_bytes: int):
         if sandbox.active_backend != "bwrap":
-            raise ValueError("only bubblewrap sandboxes can be reused; this Sandbox falls back to rlimits")
+            raise ValueError("only bubblewrap sandboxes can be reused; this Sandbox uses the unisolated rlimits backend")
         self.sandbox = sandbox
         self.tmp_bytes = tmp_bytes
         self._isolation = sandbox._get_isolation()
         self._launch = self._isolation.launch(tmp_bytes, None)
         self._process: subprocess.Popen | None = None
+        self._cgroup = None
         self._stderr = None
         self.started = 0  # sandboxes started over this worker's life
         self._lock = threading.Lock()
@@ -77,28 +80,35 @@ class SandboxWorker:
         with self._lock:
             return self._exchange(blob, cases, limits)
 
-    def _start(self) -> None:
+    def _start(self, limits: Limits) -> None:
         self._stderr = tempfile.TemporaryFile()  # never blocks the driver, read on failure
+        self._cgroup = self.sandbox.new_cgroup(limits)
+        argv = self._launch.argv if self._cgroup is None else self._cgroup.wrap(self._launch.argv)
         try:
             self._process = subprocess.Popen(
-                self._launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                 env=self._launch.env, close_fds=True, start_new_session=True,
             )
         except OSError as err:
-            raise SandboxError(f"cannot start {self._launch.argv[0]}: {err}") from err
+            self._stop()
+            raise SandboxError(f"cannot start {argv[0]}: {err}") from err
         self.started += 1
 
     def _exchange(self, blob: bytes, cases: list[Case], limits: Limits) -> list[ExecResult]:
         for attempt in range(2):
             fresh = self._process is None or self._process.poll() is not None
+            if not fresh and self._cgroup is not None:
+                try:
+                    self._cgroup.apply(limits)
+                except OSError:
+                    fresh = True  # e.g. a lower memory bound than the sandbox now holds: start anew
             if fresh:
                 self._stop()
-                self._start()
+                self._start(limits)
             # A fresh sandbox first gets the driver's code (see isolation._BOOTSTRAP).
             sent = self._send((self._launch.stdin_prefix if fresh else b"") + blob)
             if sent:
-                output, timed_out, ended = self._read_report(run_deadline(cases, limits), len(cases))
-                report = _parse_frames(output, len(cases))
+                report, timed_out, ended = self._read_report(run_deadline(cases, limits), len(cases))
             if not sent or (not report.started and not fresh):
                 # The sandbox ended between two jobs (killed from outside): start a new one
                 # and send the job again, once.
@@ -120,32 +130,34 @@ class SandboxWorker:
         except OSError:
             return False
 
-    def _read_report(self, deadline: float, count: int) -> tuple[bytes, bool, bool]:
-        """(driver output of one job, harness deadline passed?, driver ended?)."""
+    def _read_report(self, deadline: float, count: int) -> tuple[_Report, bool, bool]:
+        """(the driver's report of one job, harness deadline passed?, driver ended?). Each
+        byte is parsed once, as it arrives; a void report ends the reading at once."""
         fd = self._process.stdout.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLHUP)
         until = time.monotonic() + deadline
-        output = bytearray()
+        reader = FrameReader(count)
         while True:
             left = until - time.monotonic()
             if left <= 0:
-                return bytes(output), True, False
+                return reader.report(), True, False
             if not poller.poll(int(left * 1000) + 1):
                 continue
             chunk = os.read(fd, READ_CHUNK)
             if not chunk:
-                return bytes(output), False, True
-            output += chunk
-            # The DONE line is the last thing a job writes; parse only when it may be there.
-            if output.endswith(b"\n") and b"DONE " in output[-8:]:
-                if _parse_frames(bytes(output), count).done:
-                    return bytes(output), False, False
+                return reader.report(), False, True
+            if reader.feed(chunk):
+                # A void report means the driver cannot be trusted: end the sandbox.
+                return reader.report(), False, reader.void
 
     def _stop(self) -> bytes:
         """End the sandbox now; its stderr (driver or bwrap diagnostics)."""
         process, self._process = self._process, None
+        cgroup, self._cgroup = self._cgroup, None
         if process is None:
+            if cgroup is not None:
+                cgroup.remove()
             return b""
         kill_group(process)
         for stream in (process.stdin, process.stdout):
@@ -154,6 +166,8 @@ class SandboxWorker:
             except OSError:
                 pass
         process.wait()
+        if cgroup is not None:
+            cgroup.remove()
         self._stderr.seek(0)
         text = self._stderr.read()[-4000:]
         self._stderr.close()

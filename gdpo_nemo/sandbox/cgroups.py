@@ -1,0 +1,220 @@
+"""A control group per sandbox: memory, processes and CPU bounded for the whole sandbox.
+
+rlimits bound each process: RLIMIT_AS does not count memfds, System V shared memory, tmpfs
+pages or kernel memory (extended attributes, sockets), and RLIMIT_CPU is per process. A
+cgroup counts all of them for every process of one sandbox together:
+
+- memory: `Limits.memory_bytes + Limits.tmp_bytes + SANDBOX_OVERHEAD_BYTES` (the driver and
+  the interpreter's page cache), swap 0; past it the kernel's OOM killer ends a process of
+  that sandbox only;
+- processes and threads: `Limits.max_processes + PROCESS_OVERHEAD` (bwrap, the driver);
+- CPU: at most one core's worth of time (`cpu.cfs_quota_us` / `cpu.max`), so a program's
+  many busy children share one core instead of taking the machine.
+
+Where it is made (`CgroupRoot.detect`):
+- cgroup v1 (hybrid hierarchies, as on this project's CI machines), when the harness runs
+  as root: a directory `gdpo-sandbox-<pid>` inside the harness's own cgroup of each of the
+  memory, pids and cpu hierarchies (so the harness's own limits still apply), one
+  sub-directory per sandbox;
+- cgroup v2: the directory named by the environment variable GDPO_NEMO_SANDBOX_CGROUP, which
+  must be writable and have `memory` and `pids` in its `cgroup.subtree_control` (a systemd
+  unit with `Delegate=yes` gives one). v2 forbids processes in a cgroup with enabled
+  controllers, so the harness cannot make one inside its own cgroup.
+Elsewhere there is no per-sandbox bound (the stated fallback): rlimits per process, the
+sandbox's total bounded by `memory_bytes x max_processes`; `Sandbox` says so once.
+
+A sandbox enters its cgroup before anything runs in it: the harness starts it through a
+`/bin/sh` line that writes its own PID into the cgroup and then execs setpriv/bwrap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from gdpo_nemo.sandbox.limits import MIB, Limits
+
+CGROUP_ENV = "GDPO_NEMO_SANDBOX_CGROUP"
+V1_ROOT = Path("/sys/fs/cgroup")
+SANDBOX_OVERHEAD_BYTES = 128 * MIB
+PROCESS_OVERHEAD = 8
+CPU_PERIOD_US = 100_000
+# Writes its PID into each cgroup.procs file given before "--", then runs the rest.
+_ENTER = 'for f do case $f in --) break;; esac; echo $$ > "$f" || exit 125; shift; done; shift; exec "$@"'
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's cgroup path in the v1 hierarchy of `controller` (None if absent)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class SandboxCgroup:
+    """The cgroup of one sandbox (one directory per controller hierarchy)."""
+
+    def __init__(self, root: CgroupRoot, directories: dict[str, Path]):
+        self.root = root
+        self.directories = directories  # controller ("memory", "pids", "cpu", or "unified") -> dir
+        self._limits: tuple | None = None
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The cgroup.procs files a process writes its PID into to enter this cgroup."""
+        return [str(directory / "cgroup.procs") for directory in self.directories.values()]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` started inside this cgroup."""
+        return ["/bin/sh", "-c", _ENTER, "gdpo-sandbox-enter", *self.procs_files, "--", *argv]
+
+    def apply(self, limits: Limits) -> None:
+        """Set the bounds for a job with `limits` (only writes what changed)."""
+        memory = int(limits.memory_bytes) + int(limits.tmp_bytes) + SANDBOX_OVERHEAD_BYTES
+        pids = int(limits.max_processes) + PROCESS_OVERHEAD
+        wanted = (memory, pids)
+        if wanted == self._limits:
+            return
+        if self.root.version == 1:
+            memory_dir = self.directories["memory"]
+            swap = memory_dir / "memory.memsw.limit_in_bytes"
+            # memsw (memory + swap) may never be below the memory limit: order the writes.
+            order = [("memory.limit_in_bytes", memory), ("memory.memsw.limit_in_bytes", memory)]
+            if self._limits is not None and memory > self._limits[0]:
+                order.reverse()
+            for name, value in order:
+                if name.startswith("memory.memsw") and not swap.exists():
+                    continue
+                _write(memory_dir / name, value)
+            _write(self.directories["pids"] / "pids.max", pids)
+            if "cpu" in self.directories:
+                _write(self.directories["cpu"] / "cpu.cfs_period_us", CPU_PERIOD_US)
+                _write(self.directories["cpu"] / "cpu.cfs_quota_us", CPU_PERIOD_US)
+        else:
+            directory = self.directories["unified"]
+            _write(directory / "memory.max", memory)
+            if (directory / "memory.swap.max").exists():
+                _write(directory / "memory.swap.max", 0)
+            _write(directory / "pids.max", pids)
+            if (directory / "cpu.max").exists():
+                _write(directory / "cpu.max", f"{CPU_PERIOD_US} {CPU_PERIOD_US}")
+        self._limits = wanted
+
+    def remove(self) -> None:
+        """Kill anything left in the cgroup and remove it (best effort, ~10 ms at most)."""
+        for _ in range(50):
+            alive = False
+            for directory in self.directories.values():
+                for pid in _pids(directory):
+                    alive = True
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            if not alive:
+                break
+            time.sleep(0.0002)
+        for directory in self.directories.values():
+            for _ in range(50):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.0002)
+
+
+def _pids(directory: Path) -> list[int]:
+    try:
+        return [int(line) for line in (directory / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _write(path: Path, value: object) -> None:
+    with open(path, "w") as handle:
+        handle.write(f"{value}\n")
+
+
+class CgroupRoot:
+    """Where this harness makes its sandboxes' cgroups; `detect()` finds it or says why not."""
+
+    def __init__(self, version: int, parents: dict[str, Path]):
+        self.version = version
+        self.parents = parents
+        self._names = itertools.count()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def detect(cls) -> tuple[CgroupRoot | None, str]:
+        """(root, "") where per-sandbox cgroups can be made, else (None, why not)."""
+        delegated = os.environ.get(CGROUP_ENV)
+        if delegated:
+            directory = Path(delegated)
+            try:
+                enabled = (directory / "cgroup.subtree_control").read_text().split()
+            except OSError as err:
+                return None, f"{CGROUP_ENV}={delegated} is not a cgroup v2 directory ({err})"
+            missing = {"memory", "pids"} - set(enabled)
+            if missing or not os.access(directory, os.W_OK):
+                return None, f"{CGROUP_ENV}={delegated} must be writable with memory and pids enabled (missing {sorted(missing)})"
+            return cls._made(2, {"unified": directory / f"gdpo-sandbox-{os.getpid()}"})
+        if os.geteuid() != 0:
+            return None, f"the harness is not root and {CGROUP_ENV} names no delegated cgroup v2 directory"
+        parents = {}
+        for controller in ("memory", "pids", "cpu"):
+            hierarchy = V1_ROOT / controller
+            own = _own_path(controller)
+            if not (hierarchy / "cgroup.procs").exists() or own is None:
+                if controller == "cpu":
+                    continue
+                return None, f"no cgroup v1 {controller} hierarchy at {hierarchy} (cgroup v2 needs {CGROUP_ENV})"
+            parents[controller] = hierarchy / own.lstrip("/") / f"gdpo-sandbox-{os.getpid()}"
+        return cls._made(1, parents)
+
+    @classmethod
+    def _made(cls, version: int, parents: dict[str, Path]) -> tuple[CgroupRoot | None, str]:
+        root = cls(version, parents)
+        try:
+            for parent in parents.values():
+                parent.mkdir(exist_ok=True)
+            if version == 2:
+                _write(parents["unified"] / "cgroup.subtree_control", "+memory +pids")
+            probe = root.create()
+            probe.apply(Limits())
+            probe.remove()
+        except OSError as err:
+            root.close()
+            return None, f"cannot make a cgroup under {next(iter(parents.values()))} ({err})"
+        return root, ""
+
+    def create(self) -> SandboxCgroup:
+        """A new, empty cgroup for one sandbox."""
+        with self._lock:
+            name = str(next(self._names))
+        directories = {}
+        for controller, parent in self.parents.items():
+            directory = parent / name
+            directory.mkdir()
+            directories[controller] = directory
+        return SandboxCgroup(self, directories)
+
+    def close(self) -> None:
+        """Remove the per-harness directories (their sandboxes must be gone)."""
+        for parent in self.parents.values():
+            try:
+                for child in parent.iterdir():
+                    if child.is_dir():
+                        SandboxCgroup(self, {"x": child}).remove()
+                parent.rmdir()
+            except OSError:
+                pass

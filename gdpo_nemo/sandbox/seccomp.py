@@ -1,0 +1,133 @@
+"""The seccomp filter of sandboxed programs: the system calls a test program never needs.
+
+A classic-BPF program (the format `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)` takes),
+assembled here with no dependency. The driver installs it in each case's process after its
+own setup (memfds, rlimits) and before the program's first instruction, so the program and
+everything it starts run under it; the driver itself does not.
+
+What it refuses (EPERM unless noted), and why a test program never needs it:
+- io_uring (`io_uring_setup/enter/register`): a second system-call interface this filter
+  could not see into.
+- keyrings (`keyctl`, `add_key`, `request_key`): kernel keys outlive the program and are
+  shared by every process of a uid.
+- System V IPC (`shm*`, `sem*`, `msg*`): objects outlive the program in a reused sandbox, and
+  shared memory is not counted by RLIMIT_AS.
+- `memfd_create`, `memfd_secret`: anonymous files are not counted by RLIMIT_AS either.
+- extended attributes (`setxattr`, `lsetxattr`, `fsetxattr`, `setxattrat`, `file_setattr`):
+  tmpfs does not count them against its size, and they can carry messages between programs.
+- other processes' memory (`ptrace`, `process_vm_readv/writev`, `pidfd_getfd`, `kcmp`).
+- kernel facilities (`bpf`, `perf_event_open`, `userfaultfd`, `fanotify_init`,
+  `lookup_dcookie`, module loading, `kexec_*`, `reboot`, `swapon/off`, `acct`, `quotactl*`,
+  `iopl`, `ioperm`, `name_to_handle_at`, `open_by_handle_at`).
+- mounts and namespaces (`mount`, `umount2`, `pivot_root`, `chroot`, the new mount API,
+  `mount_setattr`, `unshare`, `setns`).
+- setting file times (`utime`, `utimes`, `futimesat`, `utimensat`): the host's /dev/null is
+  bound into the sandbox, and its times would carry messages between programs. (So
+  `shutil.copy2`, which copies times, fails inside the sandbox; `shutil.copy` works.)
+- `clone3` (ENOSYS: its flags sit behind a pointer the filter cannot read; the C library
+  then falls back to `clone`).
+- sockets of any family but AF_UNIX, AF_INET and AF_INET6 (EAFNOSUPPORT): no netlink, no
+  packet sockets.
+- any other ABI than the native one (ENOSYS): i386 calls from x86_64 (`int 0x80`) and x32.
+
+Supported machines: x86_64 and aarch64; elsewhere `filter_program` raises.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
+_NR, _ARCH, _ARGS = 0, 4, 16
+# classic BPF opcodes
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_RET_K = 0x06
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+_X32_BIT = 0x40000000
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+
+_COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them so)
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438,
+    "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
+    "file_setattr": 469,
+}
+_X86_64 = {
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321,
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "perf_event_open": 298, "userfaultfd": 323,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "memfd_create": 319,
+    "socket": 41, "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "kexec_load": 246, "kexec_file_load": 320,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168,
+    "acct": 163, "quotactl": 179, "name_to_handle_at": 303, "open_by_handle_at": 304, "kcmp": 312, "fanotify_init": 300,
+    "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+}
+_AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/ioperm
+    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
+    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "perf_event_open": 241, "userfaultfd": 282,
+    "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "memfd_create": 279,
+    "socket": 198, "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193, "semctl": 191,
+    "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "kexec_load": 104,
+    "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106, "reboot": 142, "swapon": 224,
+    "swapoff": 225, "acct": 89, "quotactl": 60, "name_to_handle_at": 264, "open_by_handle_at": 265, "kcmp": 272,
+    "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88,
+}
+# machine -> (AUDIT_ARCH_* value, syscall table, whether the x32 bit must be refused)
+MACHINES = {
+    "x86_64": (0xC000003E, {**_X86_64, **_COMMON}, True),
+    "aarch64": (0xC00000B7, {**_AARCH64, **_COMMON}, False),
+}
+REFUSED = tuple(name for name in _X86_64 if name != "socket") + tuple(n for n in _COMMON if n != "clone3")
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return code.to_bytes(2, "little") + bytes((jt, jf)) + k.to_bytes(4, "little")
+
+
+def filter_program(machine: str | None = None) -> bytes:
+    """The filter as the bytes of a `struct sock_filter[]` for `machine` (default: this one's,
+    `platform.machine()`); 8 bytes per instruction, little-endian.
+
+    Raises RuntimeError naming the machine when it is not x86_64 or aarch64.
+    """
+    machine = machine or platform.machine()
+    if machine not in MACHINES:
+        raise RuntimeError(
+            f"the sandbox's seccomp filter knows the system calls of {', '.join(MACHINES)}, not {machine!r}; "
+            "add this machine's table to gdpo_nemo/sandbox/seccomp.py"
+        )
+    arch, table, refuse_x32 = MACHINES[machine]
+    refused = sorted({table[name] for name in REFUSED if name in table})
+    # Instructions are (code, jump-if-true, jump-if-false, k); a jump names a label, resolved
+    # to a relative offset (at most 255 forward) once every block is placed.
+    code = [(_LD_W_ABS, 0, 0, _ARCH), (_JEQ_K, 0, "ret_nosys", arch), (_LD_W_ABS, 0, 0, _NR)]
+    if refuse_x32:
+        code.append((_JGE_K, "ret_nosys", 0, _X32_BIT))
+    code += [(_JEQ_K, "ret_perm", 0, number) for number in refused]
+    code += [(_JEQ_K, "socket", 0, table["socket"]), (_JEQ_K, "ret_nosys", 0, table["clone3"])]
+    code.append((_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    blocks = {
+        "socket": [
+            (_LD_W_ABS, 0, 0, _ARGS),  # low 32 bits of args[0]: the kernel reads `int family`
+            (_JEQ_K, "ret_allow", 0, AF_UNIX), (_JEQ_K, "ret_allow", 0, AF_INET), (_JEQ_K, "ret_allow", 0, AF_INET6),
+            (_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EAFNOSUPPORT),
+        ],
+        "ret_allow": [(_RET_K, 0, 0, SECCOMP_RET_ALLOW)],
+        "ret_perm": [(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM)],
+        "ret_nosys": [(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS)],
+    }
+    positions = {}
+    for label, block in blocks.items():
+        positions[label] = len(code)
+        code += block
+    out = []
+    for index, (opcode, jt, jf, k) in enumerate(code):
+        jt, jf = (positions[j] - index - 1 if isinstance(j, str) else j for j in (jt, jf))
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise AssertionError("seccomp filter jump out of range")
+        out.append(_insn(opcode, jt, jf, k))
+    return b"".join(out)
