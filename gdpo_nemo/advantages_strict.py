@@ -17,8 +17,8 @@ reproduce a peer's run. tests/test_peer_conformance.py checks it against the pee
   group std or the batch std (``scale_rewards``) or undivided; GDPO (normalize_then_sum):
   per component (r - nanmean) / (nanstd + 1e-4), weighted nansum, (A - mean) / (std + 1e-4)
   over the batch; samples whose rewards are all NaN get 0.
-- ``verl`` (verl core_algos): float32; GRPO: (r - group mean) / (group std + eps) (a group of
-  one: mean 0, std 1); GDPO: per component the same, weighted sum, then verl's masked_whiten
+- ``verl`` (verl core_algos): float32; GRPO, per group (a loop, as verl's): (r - group mean)
+  / (group std + eps) (a group of one: mean 0, std 1); GDPO: per component the same, weighted sum, then verl's masked_whiten
   over the response tokens (rsqrt(var + 1e-8), Bessel over the token count).
 
 Shapes: `matrix` Tensor[B, K] float64 rewards (NaN allowed only for trl), `group_ids`
@@ -192,15 +192,18 @@ def _trl(estimator, matrix, group_ids, weights, options, token_mask, names):
 
 
 def _verl_group_normalized(scores: Tensor, buckets: list[Tensor], divide: bool) -> Tensor:
-    """(score - group mean) / (group std + 1e-6), std Bessel; a group of one: mean 0, std 1."""
+    """(score - group mean) / (group std + 1e-6), std Bessel; a group of one: mean 0, std 1.
+    One reduction per group, as verl's loop: a reduction over a batch of groups rounds
+    differently for groups of 8 or more, and the residue this mode keeps depends on it."""
     out = torch.empty_like(scores)
     for rows in buckets:
-        group = scores[rows]
-        if rows.shape[1] == 1:
-            mean, std = torch.zeros_like(group), torch.ones_like(group)
-        else:
-            mean, std = group.mean(dim=1, keepdim=True), group.std(dim=1, keepdim=True)
-        out[rows] = (group - mean) / (std + 1e-6) if divide else group - mean
+        for index in rows:
+            group = scores[index]
+            if index.shape[0] == 1:
+                mean, std = torch.zeros_like(group[0]), torch.ones_like(group[0])
+            else:
+                mean, std = torch.mean(group), torch.std(group)
+            out[index] = (group - mean) / (std + 1e-6) if divide else group - mean
     return out
 
 
