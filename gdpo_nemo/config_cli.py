@@ -5,7 +5,9 @@
     gdpo-nemo config list               # experiments and the options of each config group
     gdpo-nemo config list toolcall      # the runs of one experiment
 
-`show` prints the resolved YAML (NeMo RL keys + gdpo block) after validation; any
+`show` prints the resolved YAML (NeMo RL keys + gdpo block) after validation (our copy of
+NeMo RL's schema, then, for a nemo-engine config where NeMo RL can be imported, NeMo RL's own
+loader and MasterConfig: gdpo_nemo.engines.nemo.validation); any
 `key=value` that is not task/model/algo/cluster/seed/experiment is a Hydra override. The
 YAML is what `python -m gdpo_nemo.engines.nemo.run --config FILE` and `gdpo-nemo train
 --config FILE` take.
@@ -35,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " experiment= (default adhoc), then Hydra overrides such as grpo.max_num_steps=10",
     )
     show.add_argument("--output", "-o", metavar="FILE", help="write the YAML to FILE instead of stdout")
+    show.add_argument(
+        "--nemo-rl-python",
+        metavar="PYTHON",
+        help="also check the config with NeMo RL's own loader and MasterConfig, run by this Python of NeMo RL's"
+        " venv (default: $GDPO_NEMO_RL_PYTHON, or this Python when it imports nemo_rl; otherwise not run)",
+    )
     listing = actions.add_parser(
         "list",
         help="list the paper's experiments (or the runs of one)",
@@ -81,6 +89,10 @@ def _show(args: argparse.Namespace) -> int:
         experiment=choices.get("experiment", "adhoc"),
         overrides=overrides,
     )
+    from gdpo_nemo.engines.nemo.validation import refuse_what_nemo_rl_refuses
+
+    if config["gdpo"]["engine"] == "nemo":
+        refuse_what_nemo_rl_refuses({"config": config}, getattr(args, "nemo_rl_python", None))
     text = config_compose.dump(config)
     if args.output:
         with open(args.output, "w") as handle:

@@ -476,8 +476,35 @@ def compose(
     ]
     config = _to_plain(_hydra_compose(hydra_overrides))
     _derive(config, keep=[_override_key(o) for o in overrides])
+    _drop_unread_data_paths(config, keep=[_override_key(o) for o in overrides])
     validate(config)
     return config
+
+
+def _drop_unread_data_paths(config: dict, keep: Iterable[str]) -> None:
+    """Remove `data_path` from our dataset blocks whose source is "offline" (the task's
+    generated set reads no file) in a nemo-engine config, unless an override set it (then
+    validate refuses the pair).
+
+    NeMo RL types data_path NotRequired[str]: a null there is refused by its MasterConfig, and
+    a path with source offline is refused by our dataset; the task files' default path only
+    serves source "file".
+    """
+    if _get(config, "gdpo.engine") != "nemo":
+        return  # the local engine reads data_path by gdpo.local.data_source, not data.*.source
+    keep = set(keep)
+    data = config.get("data") or {}
+    for split in ("train", "validation"):
+        blocks = data.get(split)
+        for block in blocks if isinstance(blocks, list) else [blocks]:
+            if (
+                isinstance(block, dict)
+                and block.get("dataset_name") == DATASET_CLASS
+                and block.get("source", "offline") == "offline"
+                and "data_path" in block
+                and f"data.{split}.data_path" not in keep
+            ):
+                del block["data_path"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -639,10 +666,10 @@ def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
             if processor in PROCESSOR_NAMES.values() and processor != PROCESSOR_NAMES[task]:
                 problems.append(f"{where}.processor: {processor!r} does not fit gdpo.task={task!r}; use {PROCESSOR_NAMES[task]!r}")
             if merged.get("dataset_name") == DATASET_CLASS:
-                _check_dataset_block(merged, where, task, problems)
+                _check_dataset_block(merged, where, task, problems, engine=gdpo["engine"])
 
 
-def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str]) -> None:
+def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str], engine: str = "nemo") -> None:
     if block.get("task") != task:
         problems.append(f"{where}.task: {block.get('task')!r} differs from gdpo.task={task!r}")
     source = block.get("source", "offline")
@@ -650,6 +677,11 @@ def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[s
         problems.append(f"{where}.source: {source!r} is not one of {list(DATA_SOURCES)}")
     if source == "file" and not block.get("data_path"):
         problems.append(f"{where}.data_path: missing; source 'file' reads a data file or folder")
+    if source == "offline" and "data_path" in block and engine == "nemo":
+        problems.append(
+            f"{where}.data_path: {block['data_path']!r} but source is 'offline' (the task's generated set reads"
+            " no file): remove data_path (~" + where + ".data_path) or set source: file"
+        )
     if block.get("split") not in ("train", "validation"):
         problems.append(f"{where}.split: {block.get('split')!r} is not one of ['train', 'validation']")
     if block.get("prompt_file"):
@@ -666,6 +698,15 @@ def _check_engine(config: Mapping, problems: list[str]) -> None:
         problems.append("grpo.async_grpo.enabled: true is not supported: gdpo_nemo's metric hooks wrap the synchronous trainer")
     if (_get(config, "data_plane") or {}).get("enabled"):
         problems.append("data_plane.enabled: true is not supported: gdpo_nemo's hooks wrap the legacy synchronous trainer")
+    metric = _get(config, "checkpointing.metric_name")
+    prefix, _, name = str(metric).partition(":")
+    if prefix in ("val", "train") and name.startswith("reward/"):
+        components = config["gdpo"]["reward_components"]
+        if name[len("reward/"):] not in components:
+            problems.append(
+                f"checkpointing.metric_name: {metric!r} names no reward component; gdpo_nemo logs"
+                f" {[f'{prefix}:reward/{c}' for c in components]}"
+            )
     generation = _get(config, "policy.generation") or {}
     if generation.get("backend") == "vllm" and "vllm_cfg" not in generation:
         problems.append("policy.generation.vllm_cfg: missing; backend 'vllm' needs it")

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NEMO_RL_COMMIT", "SCHEMA", "Alt", "ListOf", "WHEN_ENABLED", "check_against_schema"]
+__all__ = ["DEPARTURES", "NEMO_RL_COMMIT", "SCHEMA", "Alt", "ListOf", "WHEN_ENABLED", "check_against_schema"]
 
 NEMO_RL_COMMIT = "7ea279abfbeb698b092856d0dab61e7cf39bc909"
 WHEN_ENABLED = "__when_enabled__"
@@ -326,10 +326,14 @@ POLICY = {
     "router_replay?": {"enabled": "bool"},
     "hf_config_overrides?": "dict",
     "dynamic_batching": dict(MICROBATCH_TOKENS, **{WHEN_ENABLED: ("train_mb_tokens", "sequence_length_round")}),
-    "sequence_packing?": dict(
-        MICROBATCH_TOKENS,
-        **{"algorithm?": "str", "microbatch_order?": "str", WHEN_ENABLED: ("train_mb_tokens", "algorithm")},
-    ),
+    "sequence_packing?": {
+        "enabled": "bool",
+        "train_mb_tokens?": "int",
+        "logprob_mb_tokens?": "int",
+        "algorithm?": "str",
+        "microbatch_order?": "str",
+        WHEN_ENABLED: ("train_mb_tokens", "algorithm"),
+    },
     "make_sequence_length_divisible_by": "int",
     "max_total_sequence_length": "int",
     "max_grad_norm?": "float|null",
@@ -352,7 +356,7 @@ POLICY = {
 
 RESPONSE_DATASET = {
     "dataset_name?": "str",
-    "data_path?": "str|null",
+    "data_path?": "str",  # NotRequired[str]: leave it out when there is no file (source: offline)
     "input_key?": "str",
     "output_key?": "str",
     "subset?": "str|null",
@@ -408,7 +412,7 @@ LOGGER = {
     "wandb": {
         "project?": "str",
         "name?": "str",
-        "entity?": "str|null",
+        "entity?": "str",  # NotRequired[str]: leave it out for W&B's default entity
         # Not a WandbConfig field: NeMo RL passes the whole block to wandb.init(**cfg), so
         # `group` reaches W&B. Run ids name the group (docs/interfaces.md).
         "group?": "str|null",
@@ -434,7 +438,9 @@ CHECKPOINTING = {
     "metric_name": "str|null",
     "higher_is_better": "bool",
     "save_period": "int",
-    "keep_top_k?": "int|null",
+    # NotRequired[int] in the class, but CheckpointManager reads config["keep_top_k"]:
+    # absent crashes at setup, null is refused by MasterConfig. So: required, an int.
+    "keep_top_k": "int",
     "ft_keep_latest_k?": "int|null",
     "ft_save_period?": "int",
     "checkpoint_must_save_by?": "str|null",
@@ -478,6 +484,57 @@ SCHEMA: dict = {
     # DataPlaneConfig and OnPolicyDistillationConfig: features this project keeps off.
     "data_plane?": "dict|null",
     "on_policy_distillation?": "dict|null",
+}
+
+# ---------------------------------------------------------------------------------------
+# Where this copy deliberately differs from NeMo RL's classes at the pin: key path -> why.
+# tests/nemo_rl/test_schema_parity.py translates NeMo RL's own classes (MasterConfig and
+# below) into this notation in CI and requires the differences to be exactly these keys.
+# Not listed because not compared: the value sets of Literal-typed keys (NeMo RL's own
+# check, gdpo_nemo.engines.nemo.validation, refuses a bad value; this copy checks the type).
+# ---------------------------------------------------------------------------------------
+
+_OPAQUE = "a backend block this project never sets, checked as a mapping only (see the module docstring)"
+_OUR_DATASET_KEYS = "gdpo_nemo's TaskDataset arguments; NeMo RL passes every key of the block to the class"
+_EXEMPLAR = "in NeMo RL's exemplar grpo_math_1B.yaml and read with .get, but declared by no class"
+DEPARTURES: dict[str, str] = {
+    "checkpointing.keep_top_k": "required here: CheckpointManager reads config['keep_top_k'] (absent crashes at setup)",
+    "checkpointing.pretrained_checkpoint": _OPAQUE,
+    "policy.pretrained_checkpoint": _OPAQUE,
+    "policy.dtensor_cfg.automodel_kwargs": _OPAQUE,
+    "policy.dtensor_cfg.moe_parallelizer": _OPAQUE,
+    "policy.generation.vllm_cfg.video": _OPAQUE,
+    "policy.generation.refit_cfg": _OPAQUE,
+    "data_plane": _OPAQUE + "; the composer refuses data_plane.enabled (our hooks wrap the legacy trainer)",
+    "on_policy_distillation": _OPAQUE,
+    "policy.megatron_cfg": "only `enabled` is checked: this project trains with DTensor (MegatronConfig has ~80 keys)",
+    "policy.generation.vllm_cfg": "optional here (VllmConfig requires it): other backends have none; the composer"
+    " requires it for backend 'vllm'",
+    "policy.generation.vllm_cfg.skip_tokenizer_init": "optional here: configure_generation_config writes it",
+    "policy.generation._pad_token_id": "written by configure_generation_config, never by a user",
+    "policy.generation._mtp_weights_from_refit": "written by run_grpo.py, never by a user",
+    "policy.generation._debug_payload_metrics": "written from grpo.debug_payload_metrics, never by a user",
+    "policy.generation.dynamo_cfg": "another generation backend's block (" + _OPAQUE + ")",
+    "policy.generation.mcore_generation_config": "another generation backend's block (" + _OPAQUE + ")",
+    "policy.generation.sglang_cfg": "another generation backend's block (" + _OPAQUE + ")",
+    "policy.generation.trtllm_cfg": "another generation backend's block (" + _OPAQUE + ")",
+    "policy.offload_optimizer_for_logprob": _EXEMPLAR,
+    "policy.generation.vllm_cfg.use_deep_gemm": _EXEMPLAR,
+    "policy.generation.vllm_cfg.num_first_layers_in_bf16": _EXEMPLAR,
+    "policy.generation.vllm_cfg.num_last_layers_in_bf16": _EXEMPLAR,
+    "policy.generation.vllm_cfg.enable_vllm_metrics_logger": _EXEMPLAR,
+    "policy.generation.vllm_cfg.vllm_metrics_logger_interval": _EXEMPLAR,
+    "logger.wandb.group": "not a WandbConfig field, but NeMo RL passes logger.wandb to wandb.init(**cfg)",
+    **{
+        f"data.{block}": "NeMo RL also accepts a PreferenceDatasetConfig (DPO/reward-model data); GRPO reads"
+        " response datasets only"
+        for block in ("train", "validation", "default")
+    },
+    **{
+        f"data.{block}.{key}": _OUR_DATASET_KEYS
+        for block in ("train", "train[]", "validation", "validation[]", "default")
+        for key in ("task", "source", "limit", "task_options")
+    },
 }
 
 # ---------------------------------------------------------------------------------------

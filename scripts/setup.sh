@@ -51,5 +51,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
 bash scripts/setup_bfcl.sh
+bash scripts/setup_nemo.sh
 bash scripts/setup_peers.sh
 echo "setup: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

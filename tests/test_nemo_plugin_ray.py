@@ -56,11 +56,12 @@ def test_toolcall_environment_actor_returns_named_reward_tensors(local_ray):
     assert torch.equal(rewards["reward/correctness"], torch.tensor([3.0, -3.0]))
     assert rewards["reward/format"].dtype == torch.float32
     assert terminateds.tolist() == [True, True] and next_stop_strings == [None, None] and answers is None
-    assert observations[0] == {"role": "environment", "content": "Environment: format=1, correctness=3"}
+    assert observations == [{"role": "environment", "content": ""}] * 2  # no tokens added to the sequence
     assert metadata == [{"ground_truth": TOOL_GT}] * 2
     batch = {"reward/format": rewards["reward/format"], "reward/correctness": rewards["reward/correctness"]}
     _, summary = ray.get(actor.global_post_process_and_metrics.remote(batch), timeout=60)
     assert summary == {"reward/format": 0.5, "reward/correctness": 0.0, "data_errors": 0}
+    assert ray.get(actor.take_data_errors.remote(), timeout=60) == 0
     ray.kill(actor)
 
 

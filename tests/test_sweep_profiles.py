@@ -118,3 +118,10 @@ def test_nemo_rl_dir_must_be_absolute():
 
 def test_profile_dir_is_the_repos_slurm_profiles():
     assert PROFILE_DIR.parts[-2:] == ("slurm", "profiles")
+
+
+def test_nemo_engine_refuses_an_ngc_release_older_than_the_pinned_nemo_rl():
+    with pytest.raises(SweepError, match=r"container 'nvcr.io/nvidia/nemo-rl:v0.4.0' is NeMo RL release 0.4.0, older than"):
+        parse(container="nvcr.io/nvidia/nemo-rl:v0.4.0", nemo_rl_dir="/nemo-rl").check_engine("nemo")
+    parse(container="/images/nemo-rl-7ea279ab.sqsh", nemo_rl_dir="/nemo-rl").check_engine("nemo")
+    parse(container="nvcr.io/nvidia/nemo-rl:v0.6.0", nemo_rl_dir="/nemo-rl").check_engine("nemo")

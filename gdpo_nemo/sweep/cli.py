@@ -10,6 +10,8 @@
 
 Every check (experiment, profile, filters, configs, Slurm commands on PATH) runs before
 anything is written or submitted; an error exits with status 2 and names the bad input.
+Where NeMo RL can be imported (--nemo-rl-python, $GDPO_NEMO_RL_PYTHON, or this Python), the
+nemo-engine run configs are also checked by NeMo RL's own loader and MasterConfig.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also render (and with --submit, submit) an evaluation job per run that starts when its"
                         " training job succeeds (--dependency=afterok) and runs `gdpo-nemo eval` on its newest"
                         " checkpoint with the profile's eval_args; local engine only")
+    parser.add_argument("--nemo-rl-python", metavar="PYTHON", default=None,
+                        help="check every nemo-engine run config with NeMo RL's own loader and MasterConfig, run by"
+                        " this Python of NeMo RL's venv, before anything is written or submitted (default:"
+                        " $GDPO_NEMO_RL_PYTHON, or this Python when it imports nemo_rl; otherwise not run)")
     parser.add_argument("--sweep-dir", type=Path, default=None,
                         help="where the sweep's files go (default: sweeps/<experiment> under the current directory)")
 
@@ -103,6 +109,7 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
+    nemo_rl_checked = _check_with_nemo_rl(plans, getattr(args, "nemo_rl_python", None))  # slowest: last
     evals = _eval_scripts(plans, profile, layout) if args.with_eval else {}
     if not submit:
         existing = mf.Manifest.load(layout.manifest)
@@ -115,6 +122,7 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
                 print(f"==> {evals[plan.name][0]} <==\n{evals[plan.name][1]}")
         print(f"{len(plans)} run(s) of {args.experiment} rendered into {layout.root} for profile"
               f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
+        _note_unchecked(nemo_rl_checked)
         return 0
     layout.root.mkdir(parents=True, exist_ok=True)
     with mf.locked(layout.root):
@@ -122,7 +130,38 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         manifest.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
         _write(plans, layout, manifest)
         # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
-        return _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
+        code = _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
+    _note_unchecked(nemo_rl_checked)
+    return code
+
+
+def _check_with_nemo_rl(plans: list[RunPlan], python: str | None) -> bool | None:
+    """Refuse the sweep when NeMo RL's own config check refuses a nemo-engine run (its message
+    names the run and the key). True: checked; False: no NeMo RL found to ask; None: no
+    nemo-engine run."""
+    import yaml
+
+    from gdpo_nemo.config_compose import ConfigError
+    from gdpo_nemo.engines.nemo.validation import refuse_what_nemo_rl_refuses
+
+    nemo = {plan.name: yaml.safe_load(plan.config_text) for plan in plans if plan.engine == "nemo"}
+    if not nemo:
+        return None
+    try:
+        return refuse_what_nemo_rl_refuses(nemo, python, name_each=True)
+    except ConfigError as err:
+        raise SweepError(f"NeMo RL's own config check refuses this sweep ({len(nemo)} nemo-engine run(s) checked): {err}") from None
+    except ValueError as err:
+        raise SweepError(str(err)) from None
+
+
+def _note_unchecked(nemo_rl_checked: bool | None) -> None:
+    if nemo_rl_checked is False:
+        from gdpo_nemo.engines.nemo.validation import NEMO_RL_PYTHON_ENV
+
+        print(f"gdpo-nemo sweep: note: run configs checked against gdpo_nemo's copy of NeMo RL's schema only;"
+              f" set ${NEMO_RL_PYTHON_ENV} (or --nemo-rl-python) to NeMo RL's venv Python to check them"
+              " with NeMo RL's own MasterConfig too", file=sys.stderr)
 
 
 def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLayout) -> dict:

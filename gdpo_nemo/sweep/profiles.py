@@ -30,7 +30,8 @@ KEYS: dict[str, str] = {
     " (a partition of fixed-size jobs); by default each job asks for its config's cluster.num_nodes",
     "gpus_per_node": "GPUs per node; must equal each run config's cluster.gpus_per_node (nemo engine)",
     "gres": "generic resources per node (--gres); default gpu:<gpus_per_node> when gpus_per_node > 0",
-    "container": "container image for NeMo RL's ray.sub (CONTAINER); required by the nemo engine",
+    "container": "container image for NeMo RL's ray.sub (CONTAINER), built from the pinned NeMo RL commit;"
+    " required by the nemo engine (NGC releases older than the pin are refused)",
     "mounts": "container mounts, 'src:dst' or 'path' (MOUNTS); the NeMo RL checkout, this repo and the sweep dir are added when not covered",
     "nemo_rl_dir": "absolute path of the NeMo RL checkout holding ray.sub; required by the nemo engine",
     "nemo_launcher": "how COMMAND starts Python in NeMo RL's environment inside the container"
@@ -45,6 +46,13 @@ KEYS: dict[str, str] = {
 }
 REQUIRED = ("account", "partition", "time", "gpus_per_node")
 NEMO_REQUIRED = ("container", "nemo_rl_dir")
+
+# NGC's NeMo RL release images: a release older than the pinned commit's own version (0.6.0
+# on main at 7ea279ab, gdpo_nemo.nemo_schema.NEMO_RL_COMMIT) cannot hold that commit's
+# environment (Python >= 3.13.14, torch 2.11.0, ray >= 2.55.1; v0.4.0 has Python 3.12,
+# torch 2.7.1, ray 2.46, vLLM 0.10), and `uv run` would have to re-sync it on a compute node.
+_NGC_RELEASE = re.compile(r"nemo-rl:v?(\d+)\.(\d+)(?:\.(\d+))?")
+PINNED_NEMO_RL_VERSION = (0, 6, 0)
 
 _TIME = re.compile(r"^(\d+-\d{1,2}(:\d{2}){0,2}|\d+(:\d{2}){0,2})$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -92,6 +100,15 @@ class ClusterProfile:
                 raise SweepError(
                     f"profile {self.name!r} ({self.path}) lacks {', '.join(missing)}, which the nemo engine needs"
                     " (NeMo RL's ray.sub runs in a container from the NeMo RL checkout); add them or use --engine local"
+                )
+            release = _NGC_RELEASE.search(str(self.container))
+            if release and tuple(int(part or 0) for part in release.groups()) < PINNED_NEMO_RL_VERSION:
+                raise SweepError(
+                    f"profile {self.name!r} ({self.path}): container {self.container!r} is NeMo RL release"
+                    f" {'.'.join(part for part in release.groups() if part)}, older than the pinned commit"
+                    " (7ea279ab, version 0.6.0 on main: Python >= 3.13.14, torch 2.11.0, ray >= 2.55.1), so our"
+                    " plugin would run on another NeMo RL; build the image from the pinned commit's docker/Dockerfile"
+                    " (docs/nemo_rl.md, section 1) and name it in `container`"
                 )
 
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import ray
 import torch
 
-from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX, EnvSettings, RewardScorer, load_token_counter
+from gdpo_nemo.engines.nemo.scoring import EnvSettings, RewardScorer, load_token_counter
 
 __all__ = ["ACTOR_FQN", "EnvironmentInterface", "EnvironmentReturn", "RewardEnvironment", "RewardEnvironmentActor"]
 
@@ -77,16 +77,20 @@ class RewardEnvironment(EnvironmentInterface):
         self.settings = EnvSettings.from_config(env_config, where="env")
         self.scorer = RewardScorer(self.settings, load_token_counter(self.settings.tokenizer))
         self.data_errors = 0
+        self._unreported = 0
 
     def step(self, message_log_batch: Sequence[Sequence[Mapping]], metadata: Sequence[Mapping | None]):
         """Score a batch: rewards {"reward/<name>": float32 Tensor[B]}, every episode ends.
 
-        The observation (appended to the log by NeMo RL, never trained on) names the
-        sample's rewards, so the logged rollouts show them.
+        The observation is empty: NeMo RL tokenizes it and appends it to the sample's
+        training sequence (masked out of the loss, but it takes sequence length and packing
+        room), and every episode ends here, so there is nothing to tell the model. The
+        rewards are in the batch (reward/<name>) and in NeMo RL's logged rollouts.
         """
         result = self.scorer.score(message_log_batch, metadata)
         if result.data_errors:
             self.data_errors += len(result.data_errors)
+            self._unreported += len(result.data_errors)
             first = min(result.data_errors)
             _log.warning(
                 "%d sample(s) with a broken ground truth scored as %s; first: sample %d: %s",
@@ -94,14 +98,7 @@ class RewardEnvironment(EnvironmentInterface):
             )
         count = len(message_log_batch)
         rewards = {key: torch.tensor(values, dtype=torch.float32) for key, values in result.rewards.items()}
-        observations = [
-            {
-                "role": "environment",
-                "content": "Environment: "
-                + ", ".join(f"{key[len(REWARD_PREFIX):]}={values[i]:g}" for key, values in result.rewards.items()),
-            }
-            for i in range(count)
-        ]
+        observations = [{"role": "environment", "content": ""} for _ in range(count)]
         return EnvironmentReturn(
             observations=observations,
             metadata=list(metadata),
@@ -110,6 +107,16 @@ class RewardEnvironment(EnvironmentInterface):
             terminateds=torch.ones(count, dtype=torch.bool),
             answers=None,
         )
+
+    def take_data_errors(self) -> int:
+        """How many samples had a broken ground truth since the last call (then 0 again).
+
+        NeMo RL never calls ``global_post_process_and_metrics`` at the pinned commit, so the
+        plugin's rollout hook asks each of our actors this after every rollout and logs the
+        sum as ``data_errors``.
+        """
+        count, self._unreported = self._unreported, 0
+        return count
 
     def global_post_process_and_metrics(self, batch):
         """(batch, {"reward/<name>": mean}) over a batch carrying our reward keys."""

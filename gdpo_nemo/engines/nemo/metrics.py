@@ -107,9 +107,13 @@ class ValidationCollector:
         self._groups: list[Tensor] = []
         self._grouped = True
         self._offset = 0
+        self._data_errors: int | None = None
 
-    def add(self, batch: Mapping) -> None:
-        """Keep one validation rollout batch's components and groups."""
+    def add(self, batch: Mapping, data_errors: int | None = None) -> None:
+        """Keep one validation rollout batch's components and groups, and the number of its
+        samples our environments scored with a broken ground truth (None: no env of ours)."""
+        if data_errors is not None:
+            self._data_errors = (self._data_errors or 0) + data_errors
         components = reward_components(batch)
         if not components:
             return
@@ -124,12 +128,14 @@ class ValidationCollector:
         self._offset += int(dense.max()) + 1 if dense.numel() else 0
 
     def summary(self) -> dict[str, float]:
-        """Metrics over every batch added since the last reset."""
+        """Metrics over every batch added since the last reset (with ``data_errors`` when
+        our environments answered)."""
+        errors = {} if self._data_errors is None else {"data_errors": self._data_errors}
         if not self._parts:
-            return {}
+            return errors
         components = {name: torch.cat(parts) for name, parts in self._parts.items()}
         groups = torch.cat(self._groups) if self._grouped and self._groups else None
-        return component_metrics(components, groups, self.settings)
+        return {**component_metrics(components, groups, self.settings), **errors}
 
 
 def _scalar(value) -> bool:

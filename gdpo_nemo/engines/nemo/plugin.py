@@ -14,16 +14,23 @@ starts) does, against the pinned commit's APIs:
    - ``run_multi_turn_rollout`` and ``run_async_multi_turn_rollout``: per-component reward
      means and collapse diagnostics added to the rollout metrics (logged as ``train/...``);
      during validation the batches are collected instead;
+     both also log ``data_errors``: the samples our environment actors scored with a broken
+     ground truth during the rollout (NeMo RL never calls the environments'
+     ``global_post_process_and_metrics`` at the pin, so the hook asks the actors);
    - ``validate``: adds the collected ``reward/<name>`` and diagnostics to the validation
      metrics (logged as ``validation/...``);
+   - ``dynamic_sampling``: DAPO's filter keeps the prompt groups whose trained signal varies
+     (every component for GDPO, the weighted sum for weighted GRPO; ``sampling.py``), not
+     those whose unweighted reward sum varies;
    - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl``;
    - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
      ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
    - ``nemo_rl.utils.logger.get_next_experiment_dir``: keeps ``logger.log_dir`` as the run
      dir (NeMo RL would add ``exp_<N>/``), so both engines share one run-dir layout.
 
-The wrappers (`wrap_rollout`, `wrap_validate`, `wrap_log_metrics`) take the original
-function as an argument and are tested without NeMo RL.
+The wrappers (`wrap_rollout`, `wrap_validate`, `wrap_log_metrics`, `wrap_dynamic_sampling`)
+take the original function as an argument; tests/nemo_rl runs them inside NeMo RL's own
+``grpo_train`` and rollout.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from gdpo_nemo.engines.nemo.data import PROCESSORS
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
 from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, create_estimator
 from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, rollout_metrics
+from gdpo_nemo.engines.nemo.sampling import group_signal_spread
 
 __all__ = [
     "HookState",
@@ -44,6 +52,7 @@ __all__ = [
     "register",
     "register_environments",
     "register_processors",
+    "wrap_dynamic_sampling",
     "wrap_log_metrics",
     "wrap_rollout",
     "wrap_validate",
@@ -83,14 +92,47 @@ def wrap_rollout(original: Callable, state: HookState) -> Callable:
 
     def rollout(*args, **kwargs):
         batch, metrics = original(*args, **kwargs)
+        task_to_env = kwargs.get("task_to_env", args[3] if len(args) > 3 else None)
+        errors = _take_data_errors(task_to_env)
         if state.in_validation:
-            state.collector.add(batch)
+            state.collector.add(batch, data_errors=errors)
         else:
             metrics = dict(metrics)
             metrics.update(rollout_metrics(batch, state.settings))
+            if errors is not None:
+                metrics["data_errors"] = errors
         return batch, metrics
 
     return _mark(rollout, original)
+
+
+def _take_data_errors(task_to_env) -> int | None:
+    """The broken-ground-truth count of every gdpo_nemo environment actor in `task_to_env`
+    since the last call (other environments are skipped); None when none is ours."""
+    import ray
+
+    handles = {id(env): env for env in (task_to_env or {}).values()}
+    pending = []
+    for env in handles.values():
+        try:
+            pending.append(env.take_data_errors.remote())
+        except AttributeError:
+            continue  # not one of ours
+    return int(sum(ray.get(pending))) if pending else None
+
+
+def wrap_dynamic_sampling(original: Callable, state: HookState) -> Callable:
+    """NeMo RL's ``dynamic_sampling(repeated_batch, std, baseline, ...)`` filtering on the
+    trained signal of the run's estimator (`sampling.group_signal_spread`) instead of the
+    std of the unweighted reward sum."""
+
+    def dynamic_sampling(repeated_batch, std, baseline, *args, **kwargs):
+        spread = group_signal_spread(repeated_batch, state.settings) if state.settings is not None else None
+        if spread is not None:
+            std = spread.to(device=std.device, dtype=std.dtype)
+        return original(repeated_batch, std, baseline, *args, **kwargs)
+
+    return _mark(dynamic_sampling, original)
 
 
 def wrap_validate(original: Callable, state: HookState) -> Callable:
@@ -183,6 +225,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
         if hasattr(grpo_module, name):
             setattr(grpo_module, name, wrap_rollout(_unwrapped(getattr(grpo_module, name)), state))
     grpo_module.validate = wrap_validate(_unwrapped(grpo_module.validate), state)
+    grpo_module.dynamic_sampling = wrap_dynamic_sampling(_unwrapped(grpo_module.dynamic_sampling), state)
     grpo_module.TimeoutChecker = watch_timeout(_unwrapped(grpo_module.TimeoutChecker), state)
     if writer is not None:
         logger_cls = logger_module.Logger

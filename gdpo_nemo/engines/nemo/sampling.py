@@ -1,0 +1,63 @@
+"""Which prompt groups DAPO's dynamic sampling keeps: those whose TRAINED signal varies.
+
+NeMo RL (pinned commit, ``nemo_rl.algorithms.grpo.dynamic_sampling(repeated_batch, std,
+baseline, ...)``) keeps the samples whose ``std != 0``, where ``std`` is each sample's group
+std of ``total_reward``, the unweighted sum of the components. That is the signal of
+unweighted GRPO only:
+
+- GDPO normalizes each component within the group, so a group whose components vary while
+  their sum is constant (format 1 + correctness 0 vs format 0 + correctness 1) still has
+  non-zero advantages: filtering on the sum drops it;
+- weighted GRPO trains on sum_k w_k r_k, which can vary when the plain sum does not (and
+  the other way round).
+
+`group_signal_spread` gives, per sample, a number that is 0 exactly when its group carries
+no signal under the run's estimator: the largest within-group range of any component for
+gdpo / gdpo_no_bn, the within-group range of the weighted sum for the grpo family. The
+plugin's hook passes it to NeMo RL's ``dynamic_sampling`` as ``std`` (only its zeros are
+read there), so NeMo RL's own filtering, caching and batch completion run unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.config_compose import MULTI_COMPONENT_ESTIMATORS
+from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, reward_components
+
+__all__ = ["group_range", "group_signal_spread"]
+
+
+def group_range(values: Tensor, group_ids: Tensor) -> Tensor:
+    """Tensor[B]: max - min of `values` (Tensor[B]) over each sample's group (`group_ids`,
+    Tensor[B] of ints); inf for a group holding a NaN (never 0: such a group is kept)."""
+    _, dense = torch.unique(group_ids, return_inverse=True)
+    count = int(dense.max()) + 1 if dense.numel() else 0
+    values = values.to(torch.float64)
+    nan = torch.isnan(values)
+    finite = torch.where(nan, torch.zeros_like(values), values)
+    high = torch.full((count,), -torch.inf, dtype=torch.float64).scatter_reduce(0, dense, finite, "amax")
+    low = torch.full((count,), torch.inf, dtype=torch.float64).scatter_reduce(0, dense, finite, "amin")
+    has_nan = torch.zeros(count, dtype=torch.float64).scatter_reduce(0, dense, nan.to(torch.float64), "amax") > 0
+    spread = torch.where(has_nan, torch.full_like(high, torch.inf), high - low)
+    return spread[dense]
+
+
+def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor | None:
+    """Tensor[B] float64, 0 exactly where the sample's prompt group has no training signal
+    under `settings` (see the module docstring); None when the batch has no reward/<name>
+    components or no prompt groups (then NeMo RL's own std stands)."""
+    from gdpo_nemo.engines.nemo.metrics import batch_group_ids
+
+    components = reward_components(batch)
+    groups = batch_group_ids(batch)
+    if not components or groups is None:
+        return None
+    if settings.estimator in MULTI_COMPONENT_ESTIMATORS:
+        return torch.stack([group_range(values, groups) for values in components.values()]).amax(dim=0)
+    weights = settings.reward_weights or {}
+    signal = sum(float(weights.get(name, 1.0)) * values for name, values in components.items())
+    return group_range(signal, groups)

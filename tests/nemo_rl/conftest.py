@@ -1,0 +1,184 @@
+"""The NeMo RL tier: tests that run against NeMo RL's real code, in .venv-nemo.
+
+NeMo RL (pinned commit, not on PyPI) lives in its own venv, .venv-nemo, made by
+scripts/setup_nemo.sh from ../shared/vendor's source archive: its pins (transformers < 5.9,
+...) do not fit the project's .venv. The README's test command runs in .venv, so this file
+makes the tier run where NeMo RL is:
+
+- in .venv (NeMo RL not importable): the first test of this folder to run starts ONE pytest
+  in .venv-nemo over every selected test of the folder, and each test here then reports
+  the outcome that run gave it (its failure text included). Without .venv-nemo the tests
+  are skipped, saying so (scripts/setup.sh always makes it, so CI runs them).
+- in .venv-nemo (nemo_rl importable): the tests run, and their outcomes are written to
+  $GDPO_NEMO_TIER_REPORT for the outer run.
+
+The fixtures below start nothing in .venv (they give None there), so the outer run costs
+one subprocess. The inner run's own durations are printed at the end of the outer run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+NEMO_VENV_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
+NEMO_RL_CHECKOUT = REPO / ".nemo-rl" / "nemo-rl"
+INSIDE = nemo_rl_importable()  # (this folder itself is a namespace package named nemo_rl)
+REPORT_ENV = "GDPO_NEMO_TIER_REPORT"
+_STATE: dict = {}
+
+
+def _ours(item) -> bool:
+    return HERE in Path(str(item.fspath)).resolve().parents
+
+
+# ---------------------------------------------------------------------------------------
+# Outside: delegate to one pytest run in .venv-nemo.
+# ---------------------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config, items):
+    if INSIDE or NEMO_VENV_PYTHON.exists():
+        return
+    skip = pytest.mark.skip(reason=f"no {NEMO_VENV_PYTHON.relative_to(REPO)}: run scripts/setup_nemo.sh (scripts/setup.sh runs it)")
+    for item in items:
+        if _ours(item):
+            item.add_marker(skip)
+
+
+def _inner_run(session) -> dict:
+    """Run every selected test of this folder once in .venv-nemo; {nodeid: result}."""
+    if "results" in _STATE:
+        return _STATE["results"]
+    nodeids = [item.nodeid for item in session.items if _ours(item)]
+    report = Path(tempfile.mkdtemp(prefix="gdpo-nemo-tier-")) / "report.json"
+    # Ray keeps its sockets and the address of "the" local cluster in its temp dir: a dir of
+    # this run's own (short: socket paths are limited) keeps other Ray users of the machine
+    # and this tier from finding each other's clusters.
+    ray_tmp = tempfile.mkdtemp(prefix="gr", dir="/tmp")
+    command = [str(NEMO_VENV_PYTHON), "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:warnings", "-q", "--durations=0", *nodeids]
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, env={**os.environ, REPORT_ENV: str(report), "RAY_TMPDIR": ray_tmp},
+            capture_output=True, text=True,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    _STATE["output"] = done.stdout + done.stderr
+    _STATE["results"] = json.loads(report.read_text()) if report.is_file() else {}
+    return _STATE["results"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if INSIDE or not _ours(pyfuncitem):
+        return None
+    result = _inner_run(pyfuncitem.session).get(pyfuncitem.nodeid)
+    if result is None:
+        tail = "\n".join(_STATE["output"].splitlines()[-40:])
+        pytest.fail(f"the NeMo RL tier run in .venv-nemo gave no result for {pyfuncitem.nodeid}; its output ends:\n{tail}", pytrace=False)
+    if result["outcome"] == "skipped":
+        pytest.skip(f"(in .venv-nemo) {result['text']}")
+    if result["outcome"] == "failed":
+        pytest.fail(f"(in .venv-nemo, {result['duration']:.1f} s)\n{result['text']}", pytrace=False)
+    return True
+
+
+def pytest_terminal_summary(terminalreporter):
+    if INSIDE or "output" not in _STATE:
+        return
+    lines = _STATE["output"].splitlines()
+    start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line), None)
+    if start is not None:
+        terminalreporter.write_sep("=", "NeMo RL tier: durations inside .venv-nemo")
+        for line in lines[start + 1 :]:
+            if line.startswith("=") or not line.strip():
+                break
+            terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------------------------------
+# Inside: record outcomes for the outer run.
+# ---------------------------------------------------------------------------------------
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get(REPORT_ENV)
+    if not INSIDE or not path:
+        return
+    results = _STATE.setdefault("inner", {})
+    entry = results.setdefault(report.nodeid, {"outcome": "passed", "text": "", "duration": 0.0})
+    entry["duration"] += report.duration
+    if report.failed:
+        entry["outcome"], entry["text"] = "failed", f"[{report.when}] {report.longreprtext}"
+    elif report.skipped and entry["outcome"] != "failed":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        entry["outcome"], entry["text"] = "skipped", reason
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get(REPORT_ENV)
+    if INSIDE and path:
+        Path(path).write_text(json.dumps(_STATE.get("inner", {})))
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures (None outside .venv-nemo: nothing starts there).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A real local Ray (2 CPUs), as NeMo RL's init_ray would start one on a CPU machine;
+    our package is importable in its workers."""
+    if not INSIDE:
+        yield None
+        return
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(REPO), str(NEMO_RL_CHECKOUT)])}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def registered():
+    """plugin.register_environments() and register_processors() done once (NeMo RL's registries)."""
+    if not INSIDE:
+        return None
+    from gdpo_nemo.engines.nemo import plugin
+
+    plugin.register_environments()
+    plugin.register_processors()
+    return plugin
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory):
+    """The local engine's byte-level tokenizer (one token per byte) saved as a folder: a real
+    Hugging Face tokenizer with a chat template that needs no hub."""
+    if not INSIDE:
+        return None
+    from gdpo_nemo.engines.local.models import build_tiny_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_tokenizer")
+    build_tiny_tokenizer().save_pretrained(folder)
+    return str(folder)
