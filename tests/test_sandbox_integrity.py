@@ -7,6 +7,7 @@ and every network attempt stays on the sandbox's own loopback.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import errno
 import os
@@ -212,6 +213,13 @@ def test_the_harness_session_keyring_is_invisible_and_keys_cannot_be_made(sandbo
         f"print(libc.syscall({SYS['add_key']}, b'user', b'mine', b'x', 1, ctypes.c_long({KEY_SPEC_SESSION_KEYRING})), ctypes.get_errno())\n"
     )
     assert sandbox.run_program(source, "", SMALL).stdout == f"False\n-1 {errno.EPERM}\n-1 {errno.EPERM}\n"
+
+
+def test_a_program_sees_only_its_own_empty_session_keyring_while_other_sandboxes_run(sandbox, worker):
+    worker.run_cases("print(1)", [Case()], SMALL)  # another sandbox, alive
+    [result] = sandbox.run_cases("print(open('/proc/keys').read().splitlines())", [Case()], SMALL)
+    [line] = ast.literal_eval(result.stdout)
+    assert line.endswith("_ses: empty") and " 3f000000 " in line
 
 
 # --- 4. no silent way around bubblewrap ----------------------------------------------------

@@ -60,6 +60,9 @@ PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
 KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_SETPERM = 5
+KEY_SPEC_SESSION_KEYRING = -3
+KEY_POSSESSOR_ALL = 0x3F000000  # possessor: everything; the uid, group, others: nothing
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 SIGINT = 2
 SIGKILL = 9
@@ -151,11 +154,13 @@ class _Kernel:
 
     def new_session_keyring(self):
         """Leave the harness's session keyring for a new, empty one (a harness under a login
-        session holds keys there); best effort."""
+        session holds keys there) that only its possessors can see: every sandbox runs as
+        the same uid, and a keyring the uid may view shows in the others' /proc/keys.
+        Best effort."""
         try:
             number = SYS_KEYCTL.get(os.uname().machine)
-            if number is not None:
-                self.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0)
+            if number is not None and self.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0) >= 0:
+                self.syscall(number, KEYCTL_SETPERM, KEY_SPEC_SESSION_KEYRING, KEY_POSSESSOR_ALL, 0)
         except Exception:
             pass
 
@@ -533,10 +538,10 @@ def _wipe(directory, mode):
 
 # Kernel objects that outlive processes in the sandbox's namespaces, as /proc lists them,
 # with the number of lines the list has when it is empty.
-LEFTOVER_LISTS = (
-    ("/proc/sysvipc/shm", 1), ("/proc/sysvipc/sem", 1), ("/proc/sysvipc/msg", 1),
-    ("/proc/net/tcp", 1), ("/proc/net/tcp6", 1), ("/proc/net/udp", 1), ("/proc/net/udp6", 1),
-)
+LEFTOVER_LISTS = (("/proc/sysvipc/shm", 1), ("/proc/sysvipc/sem", 1), ("/proc/sysvipc/msg", 1))
+# Per network namespace socket counts (cheap: /proc/net/tcp walks the host's whole table,
+# ~9 ms); other fields of these files ("alloc", "mem") are the host's.
+SOCKET_COUNTS = ("/proc/net/sockstat", "/proc/net/sockstat6")
 
 
 def _count_lines(path):
@@ -547,16 +552,30 @@ def _count_lines(path):
         return 0
 
 
-def _leftovers(keys_baseline):
+def _sockets_left():
+    """True if the sandbox's network namespace still has sockets (in use, or a TCP
+    connection in TIME_WAIT, which lasts a minute)."""
+    for path in SOCKET_COUNTS:
+        try:
+            with open(path, "rb") as handle:
+                fields = handle.read().split()
+        except OSError:
+            continue
+        for name, value in zip(fields, fields[1:]):
+            if name in (b"inuse", b"tw") and value != b"0":
+                return True
+    return False
+
+
+def _leftovers():
     """True if the program left kernel objects that outlive processes in this sandbox's
-    namespaces: System V IPC objects, sockets (a TCP connection's TIME_WAIT lasts a minute)
-    or keys. Then the sandbox retires rather than serve another program. (The seccomp filter
-    refuses System V IPC and keys, and POSIX message queues cannot be made: RLIMIT_MSGQUEUE
-    is 0; this is the second line.)"""
+    namespaces: System V IPC objects or sockets. Then the sandbox retires rather than serve
+    another program. (The seccomp filter refuses System V IPC and keys, and POSIX message
+    queues cannot be made: RLIMIT_MSGQUEUE is 0; the IPC check is the second line.)"""
     for path, empty_lines in LEFTOVER_LISTS:
         if _count_lines(path) > empty_lines:
             return True
-    return _count_lines("/proc/keys") > keys_baseline
+    return _sockets_left()
 
 
 class _Payload:
@@ -674,7 +693,7 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
         os.close(compile_error)
     # Whatever the program wrote stays out of the next program's way; a sandbox that
     # cannot be cleaned, or holds kernel objects, retires ("DONE 1").
-    clean = _wipe(work_dir, state["mode"]) and not (pid_namespace and _leftovers(state["keys"]))
+    clean = _wipe(work_dir, state["mode"]) and not (pid_namespace and _leftovers())
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
     return clean
 
@@ -697,7 +716,7 @@ def main():
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    state = {"keys": _count_lines("/proc/keys")}
+    state = {}
     payloads = _Payload()
     # Jobs arrive one after another, each a header and a payload, both an 8-byte big-endian
     # length and the bytes; the harness closes stdin when it has no more.

@@ -9,7 +9,7 @@ and seccomp filter, a sweep that kills every process it left, a private /tmp.
 
 Between two programs the driver empties /tmp and resets its mode, times and extended
 attributes; it retires the sandbox (the next job starts a fresh one) when /tmp cannot be
-reset, when the program left System V IPC objects, keys or sockets (TCP TIME_WAIT) in the
+reset, when the program left System V IPC objects or sockets (TCP TIME_WAIT) in the
 sandbox's namespaces, or when a job hits the harness's deadline or garbles its report. Only the
 bubblewrap backend is reused: without namespaces, leftovers could not be told apart from the
 rest of the machine.
