@@ -108,29 +108,56 @@ class SandboxCgroup:
                 _write(directory / "cpu.max", f"{CPU_PERIOD_US} {CPU_PERIOD_US}")
         self._limits = wanted
 
-    def remove(self) -> None:
-        """Kill anything left in the cgroup and remove it (best effort, ~10 ms at most)."""
-        for _ in range(50):
-            alive = False
-            for directory in self.directories.values():
-                for pid in _pids(directory):
-                    alive = True
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-            if not alive:
-                break
-            time.sleep(0.0002)
+    def remove(self, wait: bool = False) -> None:
+        """Kill anything left in the cgroup and remove it. Without `wait`, a cgroup whose
+        processes are still dying is left to the root, which removes it later (a sandbox's
+        processes die within milliseconds of their bwrap; nobody waits for that)."""
         for directory in self.directories.values():
-            for _ in range(50):
+            for pid in _pids(directory):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        # Waiting: up to a second, for processes that were killed just now to be gone.
+        if not self._rmdir(tries=2000 if wait else 1):
+            self.root.defer(self)
+
+    def _rmdir(self, tries: int) -> bool:
+        """Remove the directories (retrying while their last processes die); True when gone."""
+        left = dict(self.directories)
+        for attempt in range(tries):
+            for controller, directory in list(left.items()):
                 try:
                     directory.rmdir()
-                    break
+                    del left[controller]
                 except FileNotFoundError:
-                    break
+                    del left[controller]
                 except OSError:
-                    time.sleep(0.0002)
+                    pass
+            if not left:
+                return True
+            if attempt + 1 < tries:
+                time.sleep(0.0005)
+                for directory in left.values():
+                    for pid in _pids(directory):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+        self.directories = left
+        return False
+
+
+def _remove_stale(directory: Path) -> None:
+    """Remove the cgroups of harnesses that died without cleaning up (killed, say), found
+    beside ours: `gdpo-sandbox-<pid>` whose pid is gone."""
+    try:
+        stale = [d for d in directory.glob("gdpo-sandbox-*") if not Path(f"/proc/{d.name.rsplit('-', 1)[1]}").exists()]
+    except OSError:
+        return
+    for parent in stale:
+        root = CgroupRoot(1, {"stale": parent})
+        root.close()
 
 
 def _pids(directory: Path) -> list[int]:
@@ -153,6 +180,18 @@ class CgroupRoot:
         self.parents = parents
         self._names = itertools.count()
         self._lock = threading.Lock()
+        self._deferred: list[SandboxCgroup] = []
+
+    def defer(self, cgroup: SandboxCgroup) -> None:
+        """Remove `cgroup` later (its processes are still dying)."""
+        with self._lock:
+            self._deferred.append(cgroup)
+
+    def _sweep_deferred(self) -> None:
+        with self._lock:
+            deferred, self._deferred = self._deferred, []
+        for cgroup in deferred:
+            cgroup.remove()
 
     @classmethod
     def detect(cls) -> tuple[CgroupRoot | None, str]:
@@ -186,12 +225,13 @@ class CgroupRoot:
         root = cls(version, parents)
         try:
             for parent in parents.values():
+                _remove_stale(parent.parent)
                 parent.mkdir(exist_ok=True)
             if version == 2:
                 _write(parents["unified"] / "cgroup.subtree_control", "+memory +pids")
             probe = root.create()
             probe.apply(Limits())
-            probe.remove()
+            probe.remove(wait=True)
         except OSError as err:
             root.close()
             return None, f"cannot make a cgroup under {next(iter(parents.values()))} ({err})"
@@ -199,6 +239,7 @@ class CgroupRoot:
 
     def create(self) -> SandboxCgroup:
         """A new, empty cgroup for one sandbox."""
+        self._sweep_deferred()
         with self._lock:
             name = str(next(self._names))
         directories = {}
@@ -210,11 +251,14 @@ class CgroupRoot:
 
     def close(self) -> None:
         """Remove the per-harness directories (their sandboxes must be gone)."""
+        with self._lock:
+            self._deferred = []
         for parent in self.parents.values():
             try:
                 for child in parent.iterdir():
                     if child.is_dir():
-                        SandboxCgroup(self, {"x": child}).remove()
+                        SandboxCgroup(self, {"x": child}).remove(wait=True)
+                self._deferred = []
                 parent.rmdir()
             except OSError:
                 pass
