@@ -2,7 +2,11 @@
 
 Prints, for each setting, the median time of ours and of the loop peer
 (gdpo_nemo.advantages_loop) and the ratio. Targets (issue 2): gdpo on 8,192 samples x 3
-rewards under 5 ms on a 2-core CPU, and at least 20x faster than the loop.
+rewards under 5 ms on a 2-core CPU, and at least 20x faster than the loop. For the 1M-sample
+batch it also prints single-pass bounds for the same bytes (the rewards, float64: 24 MB):
+one torch sum over them, warm in cache as ours finds them (they fit this machine's 32 MB
+L3), and the time to stream them from memory at the bandwidth a sum over a 512 MB array
+reaches; and ours / each. Target (issue 16): within 5x of the single-pass bound.
 
     python benchmarks/bench_advantages.py [--quick]
 """
@@ -39,6 +43,18 @@ def timings(fn, repeats: int) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
+def bandwidth_bound(rewards: dict, repeats: int) -> tuple[float, float]:
+    """Single-pass bounds for the rewards' bytes, in seconds (min over `repeats`):
+    (one torch sum over them as they are, i.e. as warm in cache as ours finds them; the same
+    bytes streamed from memory, at the read bandwidth of a sum over a 512 MB array)."""
+    columns = list(rewards.values())
+    _, warm = timings(lambda: [c.sum() for c in columns], repeats)
+    nbytes = sum(c.numel() * c.element_size() for c in columns)
+    big = torch.ones(64 * 1024 * 1024, dtype=torch.float64)  # 512 MB, far beyond any cache here
+    _, big_time = timings(lambda: big.sum(), 5)
+    return warm, big_time * nbytes / (big.numel() * big.element_size())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 1M-sample loop (it takes a while)")
@@ -63,6 +79,12 @@ def main() -> None:
                       f"{loop * 1e3:>8.0f}ms{loop / ours:>9.0f}x")
             else:
                 print(f"{label:<38}{estimator:<11}{ours * 1e3:>10.2f}ms{ours_min * 1e3:>8.2f}ms{'skipped':>10}")
+            if prompts * group_size >= 1_000_000:
+                warm, memory = bandwidth_bound(rewards, 20)
+                megabytes = sum(v.numel() * v.element_size() for v in rewards.values()) / 1e6
+                print(f"{'':<38}{'':<11}one pass over its {megabytes:.0f} MB: {warm * 1e3:.2f} ms warm in cache,"
+                      f" {memory * 1e3:.2f} ms from memory; ours (min) / those: {ours_min / warm:.1f}x,"
+                      f" {ours_min / memory:.1f}x (target <= 5x)")
 
 
 if __name__ == "__main__":

@@ -395,38 +395,52 @@ _DENSE_PREFIX = 1 << 12  # groups larger than this take the general path
 _DENSE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
 
 
-def _group_statistics(values: Tensor, options: AdvantageOptions) -> tuple[Tensor, Tensor, Tensor]:
-    """Per group of `values` [N, G]: (mean [N, 1], std [N, 1], constant [N, 1] bool), in one
-    pass over `values` (plus a min/max over the rare groups that may be constant up to residue).
+# The dense path computes a group's variance as E[x^2] - E[x]^2 (one product-sum per group,
+# no centred copy); that loses ~(|mean| / std)^2 * 1e-16 relative, so it is used only while
+# |mean| <= this * std for every group that is not constant (else the general path runs).
+_DENSE_MEAN_TO_STD = 1e3
 
-    A group is constant when max - min <= RELATIVE_TOLERANCE * max(|max|, |min|). Such a group
-    has std <= 2 * RELATIVE_TOLERANCE * |mean|, so only groups with std 0 (constant exactly)
-    or below that bound need their min and max."""
-    var, mean = torch.var_mean(values, dim=1, correction=options.std_ddof, keepdim=True)
-    std = var.sqrt()
+
+def _group_statistics(values: Tensor, options: AdvantageOptions) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Per group of `values` [N, G]: (mean [N, 1], std [N, 1], constant [N, 1] bool) from the
+    group sums of x and x^2 (two reductions, no copy of `values`), plus a min/max over the
+    few groups that may be constant up to float residue. None when a value is not finite or
+    a group's |mean| / std is too large for E[x^2] - E[x]^2 (the general path takes over).
+
+    A group is constant when max - min <= RELATIVE_TOLERANCE * max(|max|, |min|); such a
+    group has a true std <= 2 * RELATIVE_TOLERANCE * |mean|, so only groups below about that
+    need their min and max."""
+    size = values.shape[1]
+    total = values.sum(dim=1, keepdim=True)
+    mean = total / size
+    squares = torch.bmm(values.unsqueeze(1), values.unsqueeze(2)).view(-1, 1)
+    if not bool(torch.isfinite(squares).all() & torch.isfinite(total).all()):
+        return None
+    std = ((squares - total * mean).clamp(min=0) / (size - options.std_ddof)).sqrt()
     constant = std == 0
-    maybe = ((std > 0) & (std <= 2 * RELATIVE_TOLERANCE * mean.abs())).squeeze(1)
+    maybe = ((std > 0) & (std <= 4 * RELATIVE_TOLERANCE * mean.abs())).squeeze(1)
     if bool(maybe.any()):
         rows = maybe.nonzero().squeeze(1)
         lo, hi = torch.aminmax(values[rows], dim=1, keepdim=True)
         constant[rows] = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
+    if not bool(((mean.abs() <= _DENSE_MEAN_TO_STD * std) | constant).all()):
+        return None
     return mean, std, constant
 
 
 def _dense_advantages(
     columns: list[Tensor], size: int, estimator: str, weights: Tensor, options: AdvantageOptions
 ) -> Tensor | None:
-    """The estimators for finite rewards in consecutive groups of one size, without
-    leave-one-out, batch scaling or a token mask, in few passes over memory and no gathers.
+    """The estimators for rewards in consecutive groups of one size, without leave-one-out,
+    batch scaling or a token mask, in a few passes over memory, no gathers and no large
+    temporaries besides the sum and the output.
 
     Each centred, scaled component is f_k (x_k - m_k) with one factor f_k per group (w_k /
-    (std + eps); 0 for a constant group); their sum is computed as sum_k f_k x_k - c with the
-    per-group constant c = sum_k f_k m_k, and GDPO's batch statistics follow from the groups'
-    means and variances of that sum (total variance = within + between groups). When some
-    |mean| / std exceeds 1e6 that subtraction would lose digits, and the components are
-    centred first instead. Same definitions as the general path (a test compares the two);
+    (std + eps); 0 for a constant group): the sum is sum_k f_k x_k minus the per-group
+    constant sum_k f_k m_k. Same definitions as the general path (a test compares the two);
     the cancellation scale uses the bound max |x - mean| <= std * sqrt(G - 1).
-    Returns float32 [B], or None when a reward is not finite (the general path decides)."""
+    Returns float32 [B], or None where the general path must decide (NaN or infinite
+    rewards, extreme mean / std ratios)."""
     weight_list = [float(w) for w in weights.tolist()]
     if estimator in ("grpo", "grpo_no_std"):
         reward_sum = columns[0] * weight_list[0]
@@ -437,47 +451,38 @@ def _dense_advantages(
     else:
         parts = list(zip(columns, weight_list))
         divide = options.scale_rewards == "group"
-    stats = []
+    total = None
+    shift = None
+    scale = 0.0
     for column, weight in parts:
         values = column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size)
-        mean, std, constant = _group_statistics(values, options)
-        if not bool(torch.isfinite(mean).all() & torch.isfinite(std).all()):
+        stats = _group_statistics(values, options)
+        if stats is None:
             return None
+        mean, std, constant = stats
         factor = torch.full_like(std, weight)
         if divide:  # where std is 0 (constant groups) the value stays undivided: it is 0 anyway
             factor = torch.where(std > 0, weight / (std + options.eps), factor)
         factor = torch.where(constant, torch.zeros_like(factor), factor)  # exactly 0, residue or not
-        stats.append((values, mean, std, factor))
-    spread = math.sqrt(size - 1)
-    scale = sum(float((factor.abs() * std).max()) * spread for _, _, std, factor in stats)
-    precise = all(
-        bool(((mean.abs() <= 1e6 * std) | (factor == 0)).all()) for _, mean, std, factor in stats
-    )
-    total = None
-    shift = torch.zeros_like(stats[0][1])
-    for values, mean, _, factor in stats:
-        if precise:  # sum_k f_k x_k now, minus sum_k f_k m_k per group below
-            term, shift = values, shift.addcmul_(factor, mean)
+        scale += float((factor.abs() * std).max()) * math.sqrt(size - 1)
+        if total is None:
+            total, shift = values * factor, factor * mean
         else:
-            term = values - mean
-        total = term * factor if total is None else total.addcmul_(term, factor)
-    out = torch.empty(total.shape, dtype=torch.float32, device=total.device)
+            total.addcmul_(values, factor)
+            shift.addcmul_(factor, mean)
+    centred = total.sub_(shift).view(-1)  # sum_k f_k (x_k - m_k)
+    out = torch.empty(centred.shape, dtype=torch.float32, device=centred.device)
     if estimator != "gdpo":
-        return torch.sub(total, shift, out=out).view(-1)
-    # Batch norm from the groups' statistics of total - shift (equal group sizes).
-    group_var, group_mean = torch.var_mean(total, dim=1, correction=1, keepdim=True)
-    group_mean = group_mean - shift
-    batch_size = total.numel()
+        return out.copy_(centred)
+    batch_size = centred.shape[0]
     dof = batch_size - options.std_ddof
-    if dof <= 0:
-        return torch.zeros(batch_size, dtype=torch.float32, device=total.device)
-    mean = group_mean.mean()
-    squares = (size - 1) * group_var.sum() + size * ((group_mean - mean) ** 2).sum()
-    std = float((squares / dof).sqrt())
+    batch_mean = centred.sum() / batch_size
+    squares = torch.dot(centred, centred) - batch_size * batch_mean * batch_mean
+    std = float((squares.clamp(min=0) / dof).sqrt()) if dof > 0 else 0.0
     if std <= 0 or std <= RELATIVE_TOLERANCE * scale:
-        return torch.zeros(batch_size, dtype=torch.float32, device=total.device)
-    torch.sub(total, shift + mean, out=out)
-    return out.mul_(1.0 / (std + options.batch_norm_eps)).view(-1)
+        return out.zero_()
+    torch.sub(centred, batch_mean, out=out)
+    return out.mul_(1.0 / (std + options.batch_norm_eps))
 
 
 def _group_index(
