@@ -42,8 +42,9 @@ def tiny_config(*overrides):
 
 
 def without_timing(records):
-    """Records minus wall-clock keys (`timing/*`): everything else must be reproducible."""
-    return [{k: v for k, v in r.items() if not k.startswith("timing/")} for r in records]
+    """Records minus wall-clock keys (`timing/*`) and the CUDA allocator's peaks (`memory/*`,
+    logged on a GPU only): everything else must be reproducible."""
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "memory/"))} for r in records]
 
 
 # ---------------------------------------------------------------------------------------
@@ -262,12 +263,20 @@ def _train_command(run_dir, *extra):
 
 
 def test_sigkill_after_a_checkpoint_then_resume_ends_with_the_uninterrupted_metrics(tmp_path):
+    sigkill_then_resume(tmp_path)
+
+
+def sigkill_then_resume(tmp_path, *extra):
+    """Run 10 steps whole; run them again, SIGKILL after checkpoint 3, resume: the resumed
+    run must log every step once and end with the whole run's metrics. `extra`: overrides."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    reference = subprocess.run(_train_command(tmp_path / "whole"), env=env, capture_output=True, text=True, timeout=300)
+    reference = subprocess.run(_train_command(tmp_path / "whole", *extra), env=env, capture_output=True, text=True,
+                               timeout=300)
     assert reference.returncode == 0, reference.stderr
 
     killed_dir = tmp_path / "killed"
-    process = subprocess.Popen(_train_command(killed_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(_train_command(killed_dir, *extra), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     checkpoint = killed_dir / "checkpoints" / "step_3"
     deadline = time.monotonic() + 240
     while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -278,7 +287,8 @@ def test_sigkill_after_a_checkpoint_then_resume_ends_with_the_uninterrupted_metr
     assert not (killed_dir / "DONE").exists()
     assert len(read_metrics(killed_dir)) < 10
 
-    resumed = subprocess.run(_train_command(killed_dir, "--resume"), env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(_train_command(killed_dir, *extra, "--resume"), env=env, capture_output=True, text=True,
+                             timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout
     whole, after = read_metrics(tmp_path / "whole"), read_metrics(killed_dir)

@@ -71,6 +71,7 @@ def save_checkpoint(run_dir, step: int, *, model, optimizer, scheduler, generato
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "generator": generator.get_state(),
+            "generator_device": generator.device.type,
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "data_position": dict(data_position),
@@ -101,10 +102,16 @@ def load_weights(path, model) -> None:
 
 def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
     """Restore a checkpoint into the given objects; returns `{"step", "data_position",
-    "metrics"}` (`metrics`: the step's record, None in checkpoints written without it)."""
+    "metrics"}` (`metrics`: the step's record, None in checkpoints written without it).
+    The optimizer state is read to the CPU and moved to its parameters' device by torch.
+    ValueError when the checkpoint was sampled on another kind of device than `generator`'s."""
     path = Path(path)
+    state = torch.load(path / "state.pt", weights_only=False, map_location="cpu")
+    sampled_on = state.get("generator_device", "cpu")
+    if sampled_on != generator.device.type:
+        raise ValueError(f"checkpoint {path} was sampled on {sampled_on} and this run's gdpo.local.device resolves to"
+                         f" {generator.device.type}: resume on a {sampled_on} device (the sampling RNG differs by device)")
     load_weights(path, model)
-    state = torch.load(path / "state.pt", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])

@@ -323,8 +323,11 @@ SCHEMA: dict = {
         "conditioned_length": use(False, boolean),
         "engine": use("local", one_of("local")),
         "local": {
+            # engines/local/device.py: where and in which precision the engine computes.
             "device": use("cpu", one_of("cpu", "cuda", "auto")),
-            "dtype": use("float32", one_of("float32", "bfloat16")),
+            "dtype": use("float32", one_of("float32", "bfloat16")),  # the weights' dtype
+            "autocast": use(None, one_of(None, "bfloat16")),  # mixed precision of the forward passes
+            "deterministic": use(True, boolean),  # CUDA: reproducible kernels (CPU always is)
             "num_threads": use(None, integer(1, nullable=True)),
             "train_size": use(None, integer(1, nullable=True)),
             "data_source": use("offline", one_of("offline", "file")),

@@ -8,8 +8,11 @@ Sampling (`sample_completions`):
    or after `max_new_tokens`. Finished rows are dropped from the batch (and from the KV
    cache), so the cost per step follows the rows still generating.
 
-Randomness comes only from the `torch.Generator` passed in, so a seeded generator gives
-the same completions on every run (CPU). The log-probability of each sampled token under
+Randomness comes only from the `torch.Generator` passed in, which must be on the model's
+device (torch.multinomial draws on the probabilities' device), so a seeded generator gives
+the same completions on every run on the same device. Every tensor of the loop (KV cache,
+tokens, logprobs, masks) stays on the prompts' device; sampling math is fp32 whatever the
+model's or autocast's dtype. The log-probability of each sampled token under
 the sampling distribution (logits / temperature) is returned with it: the policy that
 sampled is the one being trained, so these are the old-policy logprobs of the ratio.
 """
@@ -141,7 +144,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, group_
         max_new_tokens: completion length limit (tokens).
         temperature: 0 = greedy; top_k / top_p filter the sampling distribution only.
         stop_token_ids: tokens that end a completion (kept in it, as NeMo RL keeps EOS).
-        generator: the only source of randomness.
+        generator: the only source of randomness; on the model's device.
         batch_size: at most this many sequences decode together (`policy.generation_batch_size`).
         progress: optional callable(n_prompts_done) for progress bars.
 
@@ -151,6 +154,9 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, group_
     if not stop_token_ids:
         raise ValueError("sample_completions needs at least one stop token id (the tokenizer's EOS)")
     device = prompt_ids.device
+    if generator is not None and generator.device.type != device.type:
+        raise ValueError(f"generator is on {generator.device} but the prompts are on {device}: create it with"
+                         f" torch.Generator(device={device.type!r}) (sampling draws on the model's device)")
     stop_ids = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), device=device)
     prompts_per_chunk = max(1, (batch_size or prompt_ids.shape[0] * group_size) // group_size)
     chunks = []
@@ -250,9 +256,10 @@ def shared_prompt_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, count
 def _token_logprobs(logits: Tensor, completion_ids: Tensor, temperature: float, full_width: int) -> Tensor:
     """log-probabilities of `completion_ids` [n, width] under `logits` [n, width, V] (divided
     by the sampling temperature), zero-padded on the right to `full_width` columns."""
+    logits = logits.float()  # bf16 weights or autocast: the log-softmax is still fp32
     if temperature not in (0, 1):
         logits = logits / temperature
-    logp = logits.float().log_softmax(-1).gather(-1, completion_ids[:, :, None]).squeeze(-1)
+    logp = logits.log_softmax(-1).gather(-1, completion_ids[:, :, None]).squeeze(-1)
     width = logp.shape[1]
     if width < full_width:
         logp = torch.cat([logp, logp.new_zeros((logp.shape[0], full_width - width))], dim=1)

@@ -12,10 +12,16 @@ One training step, as in the paper (and NeMo RL's `grpo_train`):
 `train(config, run_dir)` runs a whole run from a checked config (`config.load_run_config`)
 and writes the run dir of docs/interfaces.md: config.yaml, metrics.jsonl, checkpoints/,
 wandb/, DONE.
+
+Device (`gdpo.local.device`, device.py): the model, the sampling generator, the rollouts,
+rewards, advantages and every batch tensor of steps 1-6 live on it; the data order and the
+reward functions run on the host. Forward passes run under `gdpo.local.autocast`; logprobs
+and the loss are fp32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -25,6 +31,7 @@ from pathlib import Path
 import torch
 
 from gdpo_nemo.engines.local import checkpoint as ckpt
+from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.config import dump_config
 from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
@@ -203,21 +210,24 @@ def build_scheduler(optimizer, spec):
 
 
 def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) -> tuple[dict, list]:
-    """Decode every completion and score it: ({name: Tensor[N] float32}, texts)."""
+    """Decode every completion and score it: ({name: Tensor[N] float32 on the rollouts'
+    device}, texts). Decoding and the reward functions run on the host."""
     from gdpo_nemo.rewards.base import RewardDataError
 
+    completion_ids, completion_mask = rollouts.completion_ids.cpu(), rollouts.completion_mask.cpu()
     texts = tokenizer.batch_decode(
-        [ids[mask.bool()] for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
+        [ids[mask.bool()] for ids, mask in zip(completion_ids, completion_mask)],
         skip_special_tokens=True,
     )
-    lengths = rollouts.lengths.tolist()
+    lengths = completion_mask.sum(-1).tolist()
     tests = [e.tests for e in examples] if any(e.tests is not None for e in examples) else None
     try:
         scores = reward_set.score_batch(texts, [e.ground_truth for e in examples], num_tokens=lengths, tests=tests)
     except RewardDataError as err:  # bad ground truth in our data: keep going, say so
         log(f"reward data error (rows scored lowest): {err}")
         scores = err.partial
-    return {name: torch.tensor(values, dtype=torch.float32) for name, values in scores.items()}, texts
+    device = rollouts.completion_ids.device
+    return {name: torch.tensor(values, dtype=torch.float32, device=device) for name, values in scores.items()}, texts
 
 
 def advantages_for(rewards: dict, group_ids: torch.Tensor, gdpo: dict, completion_mask: torch.Tensor) -> torch.Tensor:
@@ -257,15 +267,6 @@ class RunResult:
     steps: int
     last_metrics: dict
     wall_time_s: float
-
-
-def _device_and_dtype(local: dict):
-    device = local["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("gdpo.local.device='cuda' but no CUDA device is available: use 'cpu' or 'auto'")
-    return torch.device(device), getattr(torch, local["dtype"])
 
 
 def _with_current_defaults(saved: dict) -> dict:
@@ -354,9 +355,15 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
     torch.manual_seed(seed)
     if local["num_threads"]:
         torch.set_num_threads(local["num_threads"])
-    device, dtype = _device_and_dtype(local)
+    device = dev.resolve_device(local["device"])
+    if local["deterministic"]:
+        dev.make_deterministic(device)
     model, tokenizer = load_initial_policy(config, log=log)
-    model.to(device=device, dtype=dtype)
+    model.to(device=device, dtype=dev.weight_dtype(local["dtype"]))
+
+    def autocast():  # the forward passes' precision; logprob and loss math stay fp32
+        return dev.autocast(device, local["autocast"])
+
     loss_config = LossConfig.from_config(config["loss_fn"])
     reference = None
     if loss_config.reference_policy_kl_penalty > 0:  # frozen copy of the starting policy
@@ -370,7 +377,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
 
     optimizer = build_optimizer(model, policy)
     scheduler = build_scheduler(optimizer, policy["scheduler"])
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    generator = dev.sampling_generator(device, seed)
     order = DataOrder(len(train_set), grpo["num_prompts_per_step"], config["data"]["shuffle"], seed)
     total_steps = min(grpo["max_num_steps"], grpo["max_num_epochs"] * order.steps_per_epoch)
     group_size = grpo["num_generations_per_prompt"]
@@ -403,12 +410,13 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         if budget < 1:
             raise ValueError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
                              f" for a completion after a {prompt_ids.shape[1]}-token prompt")
-        return sample_completions(
-            model, prompt_ids.to(device), prompt_mask.to(device), group_size=groups,
-            max_new_tokens=min(generation["max_new_tokens"], budget), temperature=temperature, top_k=top_k,
-            top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id, generator=sampler,
-            batch_size=policy["generation_batch_size"],
-        )
+        with autocast():
+            return sample_completions(
+                model, prompt_ids.to(device), prompt_mask.to(device), group_size=groups,
+                max_new_tokens=min(generation["max_new_tokens"], budget), temperature=temperature, top_k=top_k,
+                top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id, generator=sampler,
+                batch_size=policy["generation_batch_size"],
+            )
 
     def validate(step: int) -> dict:
         """validation/accuracy (mean reward sum, NeMo RL's multi-reward meaning),
@@ -417,7 +425,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         model.eval()
         k = grpo["val_num_generations_per_prompt"]
         temperature = generation["val_temperature"] if generation["val_temperature"] is not None else generation["temperature"]
-        sampler = torch.Generator(device="cpu").manual_seed(seed * 7919 + step + 1)
+        sampler = dev.sampling_generator(device, seed * 7919 + step + 1)
         rewards, lengths, shown = {}, [], 0
         batch = grpo["val_batch_size"]
         for start in range(0, len(val_set), batch):
@@ -447,6 +455,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
 
         for step in range(start_step + 1, total_steps + 1):
             t_step, cpu_step = time.perf_counter(), time.process_time()
+            dev.reset_peak_memory(device)
             indices = order.next_batch()
             examples = [train_set.examples[i] for i in indices]
             prompt_ids, prompt_mask = left_pad([train_set.ids[i] for i in indices], pad_id)
@@ -455,8 +464,9 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
             model.eval()
             t0 = time.perf_counter()
             rollouts = generate(prompt_ids, prompt_mask, group_size, generation["temperature"], None, None, generator)
+            dev.synchronize(device)
             t_generation = time.perf_counter() - t0
-            group_ids = torch.arange(len(indices)).repeat_interleave(group_size)
+            group_ids = torch.arange(len(indices), device=device).repeat_interleave(group_size)
             completion_mask = rollouts.completion_mask
 
             # 2. score every reward component
@@ -471,7 +481,7 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
             # reference logprobs for the KL term (only when beta > 0)
             reference_logprobs = None
             if reference is not None:
-                with torch.no_grad():
+                with torch.no_grad(), autocast():
                     reference_logprobs = torch.cat([
                         _logprobs_of_rows(reference, rollouts, rows, generation["temperature"], device)
                         for rows in _chunks(range(len(group_ids)), policy["logprob_batch_size"])
@@ -481,13 +491,15 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
             t0 = time.perf_counter()
             model.train()
             update = _policy_update(model, optimizer, rollouts, advantages, reference_logprobs, loss_config,
-                                    policy, generation["temperature"], device)
+                                    policy, generation["temperature"], device, autocast)
             if scheduler is not None:
                 scheduler.step()
             model.eval()
+            dev.synchronize(device)
             t_training = time.perf_counter() - t0
 
             # ---- metrics of the step (NeMo RL names + ours) ----
+            generated_tokens = int(completion_mask.sum())
             mask = completion_mask.bool()
             token_advantages = advantages[:, None].expand_as(completion_mask)[mask]
             metrics = {
@@ -504,13 +516,18 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
                 "train/advantages/min": float(token_advantages.min()) if token_advantages.numel() else 0.0,
                 "train/mean_gen_tokens_per_sample": float(rollouts.lengths.float().mean()),
                 "train/truncation_rate": float(rollouts.truncated.float().mean()),
-                "train/global_valid_toks": int(completion_mask.sum()),
+                "train/global_valid_toks": generated_tokens,
                 "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
                 **{f"train/adv/zero_std_frac/{name}": value
                    for name, value in zero_std_fraction(rewards, group_ids).items()},
                 "timing/train/generation": t_generation,
                 "timing/train/reward_calculation": t_reward,
                 "timing/train/policy_training": t_training,
+                # throughput: wall-clock dependent like every timing/* key (NeMo RL's
+                # performance/generation_tokens_per_sec on one device)
+                "timing/train/generation_tokens_per_sec": generated_tokens / max(t_generation, 1e-9),
+                "timing/train/policy_training_tokens_per_sec": generated_tokens / max(t_training, 1e-9),
+                **dev.peak_memory_metrics(device),
             }
             run_validation = val_set is not None and (
                 (grpo["val_period"] > 0 and step >= grpo["val_start_at"] and step % grpo["val_period"] == 0)
@@ -550,7 +567,7 @@ def _chunks(rows, size: int):
 def _logprobs_of_rows(model, rollouts: Rollouts, rows, temperature: float, device) -> torch.Tensor:
     """[len(rows), C] logprobs of the completions of `rows` (consecutive rows of one prompt
     share its forward pass: `shared_prompt_logprobs`)."""
-    index = torch.as_tensor(rows, dtype=torch.long)
+    index = torch.as_tensor(rows, dtype=torch.long, device=rollouts.prompt_index.device)
     _, counts = torch.unique_consecutive(rollouts.prompt_index[index], return_counts=True)
     firsts = index[torch.cumsum(counts, 0) - counts]
     return shared_prompt_logprobs(model, rollouts.prompt_ids[firsts].to(device), rollouts.prompt_mask[firsts].to(device),
@@ -559,10 +576,11 @@ def _logprobs_of_rows(model, rollouts: Rollouts, rows, temperature: float, devic
 
 
 def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_logprobs, loss_config: LossConfig,
-                   policy: dict, temperature: float, device) -> dict:
+                   policy: dict, temperature: float, device, autocast=contextlib.nullcontext) -> dict:
     """Steps 4-6 over the whole rollout batch: for each global batch of
     `train_global_batch_size` rows, accumulate micro-batch gradients of the clipped loss
-    (normalized by the global batch's token / sample count), clip, step."""
+    (normalized by the global batch's token / sample count), clip, step. `autocast()` is the
+    forward passes' precision context; the loss is computed in fp32 outside it."""
     rows_total = rollouts.completion_ids.shape[0]
     global_batch = policy["train_global_batch_size"]
     micro_batch = policy["train_micro_batch_size"]
@@ -575,10 +593,11 @@ def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_l
         valid_tokens = float(rollouts.completion_mask[batch_rows].sum())
         optimizer.zero_grad(set_to_none=True)
         for rows in _chunks(batch_rows, micro_batch):
-            index = torch.as_tensor(rows, dtype=torch.long)
+            index = torch.as_tensor(rows, dtype=torch.long, device=device)
             completion_mask = rollouts.completion_mask[index].to(device)
             # 4. ratio: logprobs of the sampled tokens under the current weights
-            logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
+            with autocast():
+                logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
             width = logprobs.shape[1]
             # 5. clip: NeMo RL's ClippedPGLossFn
             loss, parts = clipped_pg_loss(

@@ -13,8 +13,12 @@ not see its prompts answered), loss on the completion tokens only (the prompt is
 Off for users' own models unless they enable it.
 
 Cache: the result is saved under `<cache>/warm_start/<key>/` where the key hashes the model,
-task, task options, warm-start settings and seed, so the GRPO and GDPO arms of one seed share
-it and re-runs skip it.
+task, task options, warm-start settings and seed (and, off the CPU defaults, the device kind
+and autocast dtype the pass ran with), so the GRPO and GDPO arms of one seed share it and
+re-runs skip it.
+
+Device: the pass runs on the run's `gdpo.local.device` under its `gdpo.local.autocast`
+(fp32 weights; the saved checkpoint is fp32).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from gdpo_nemo.engines.local.device import autocast, make_deterministic, resolve_device
 from gdpo_nemo.engines.local.models import cache_dir, load_policy
 
 # Offset between the RL seed and the seed of the demonstration items by default.
@@ -48,6 +53,12 @@ def warm_start_key(config: dict) -> str:
         "chat_template_kwargs": config["policy"]["tokenizer"]["chat_template_kwargs"],
         "version": 1,
     }
+    # Off the CPU in fp32 the numbers differ; the CPU key stays what it always was.
+    device_kind = resolve_device(gdpo["local"]["device"]).type
+    if device_kind != "cpu":
+        payload["device"] = device_kind
+    if gdpo["local"]["autocast"] is not None:
+        payload["autocast"] = gdpo["local"]["autocast"]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -60,6 +71,10 @@ def warm_start_checkpoint(config: dict, log=print) -> Path:
     settings = config["gdpo"]["local"]["warm_start"]
     seed = config["grpo"]["seed"]
     model, tokenizer = load_policy(config["policy"]["model_name"], seed=seed, log=log)
+    device = resolve_device(config["gdpo"]["local"]["device"])
+    if config["gdpo"]["local"]["deterministic"]:
+        make_deterministic(device)  # before the first CUDA matmul of this process
+    model.to(device)
     started = time.perf_counter()
     losses = supervised_warm_start(
         model, tokenizer, config["gdpo"]["task"], task_options=config["gdpo"]["local"]["task_options"],
@@ -68,6 +83,7 @@ def warm_start_checkpoint(config: dict, log=print) -> Path:
         seed=settings["seed"] if settings["seed"] is not None else seed + DEMONSTRATION_SEED_OFFSET,
         chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
         progress=config["gdpo"]["local"]["progress"],
+        autocast_dtype=config["gdpo"]["local"]["autocast"],
     )
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -110,14 +126,16 @@ def demonstration_batch(tokenizer, examples, demonstrations, *, chat_template_kw
 
 def supervised_warm_start(model, tokenizer, task_name: str, *, task_options=None, steps: int, lr: float,
                           batch_size: int, examples: int, seed: int, chat_template_kwargs=None,
-                          progress: bool = True) -> list:
-    """Train `model` in place for `steps` AdamW steps on the task's demonstrations.
-    Returns the loss of each step (mean cross-entropy per completion token)."""
+                          progress: bool = True, autocast_dtype: str | None = None) -> list:
+    """Train `model` in place, on its device, for `steps` AdamW steps on the task's
+    demonstrations (forward passes under `autocast_dtype`, null = none). Returns the loss of
+    each step (mean cross-entropy per completion token)."""
     from gdpo_nemo.tasks import get_task
 
     task = get_task(task_name, **(task_options or {}))
     items = task.load("train", source="offline", limit=examples, seed=seed)
     rng = random.Random(seed)
+    device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
     bar = None
@@ -126,14 +144,16 @@ def supervised_warm_start(model, tokenizer, task_name: str, *, task_options=None
 
         bar = tqdm(total=steps, desc="warm-start", unit="step", dynamic_ncols=True)
     model.train()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         for _ in range(steps):
             batch = rng.sample(items, min(batch_size, len(items)))
             demonstrations = [task.demonstration(example, rng) for example in batch]
             input_ids, attention, labels = demonstration_batch(tokenizer, batch, demonstrations,
                                                                chat_template_kwargs=chat_template_kwargs)
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            with autocast(device, autocast_dtype):
+                loss = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                             labels=labels.to(device)).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -1,0 +1,228 @@
+"""Run an experiment's runs on this machine, several local-engine processes at a time.
+
+    python -m gdpo_nemo.engines.local.parallel EXPERIMENT [--out DIR] [--jobs N]
+        [--only KEY=VALUE ...] [--smoke] [key=value ...]
+
+For one machine without Slurm: a GPU box where several small-model runs share the one GPU
+(each run is its own process with its own CUDA context; a 135M-parameter model leaves an
+80 GB GPU mostly idle, so side-by-side runs finish sooner than back to back), or a CPU box.
+`gdpo-nemo sweep --engine local` is the Slurm equivalent (one job per run).
+
+1. Compose every run of experiments/EXPERIMENT.yaml (as `gdpo-nemo sweep` does; `--only`
+   filters the same way), with `key=value` overrides last, and write DIR/configs/<run>.yaml.
+   A run that already started keeps the config it started with.
+2. Prepare what runs share, once, in one process before any run starts: the embedded
+   model's conversion and each distinct warm-start (otherwise N runs would compute the
+   same warm-start at once).
+3. Run `gdpo-nemo train --config DIR/configs/<run>.yaml --run-dir DIR/runs/<run> --resume`
+   for at most N runs at a time, each writing DIR/logs/<run>.log. Runs with a DONE marker
+   are skipped; the others resume from their newest checkpoint, so rerunning the command
+   after an interruption finishes the experiment.
+
+The exit status is 0 when every run finished, 1 otherwise (the failed runs and their logs
+are named). `--smoke` swaps in `builtin:tiny` on the CPU at toy sizes (2 steps of 2 prompts
+x 2 rollouts, 8 new tokens): the whole pipeline in about a minute, for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Toy sizes of --smoke: every run of the experiment on the tiny model, CPU, fp32, seconds each.
+SMOKE_OVERRIDES = (
+    "policy.model_name=builtin:tiny",
+    "gdpo.model_tag=tiny",
+    "++gdpo.local.device=cpu",
+    "++gdpo.local.autocast=null",
+    "grpo.num_prompts_per_step=2",
+    "grpo.num_generations_per_prompt=2",
+    "grpo.max_num_steps=2",
+    "grpo.val_period=0",
+    "grpo.val_at_end=false",
+    "policy.train_global_batch_size=4",
+    "policy.train_micro_batch_size=2",
+    "policy.generation_batch_size=4",
+    "policy.logprob_batch_size=4",
+    "policy.generation.max_new_tokens=8",
+    "policy.max_total_sequence_length=4096",  # the tiny model's tokens are bytes
+    "data.max_input_seq_length=null",
+    "checkpointing.save_period=1",
+    "++gdpo.local.warm_start.steps=1",
+    "++gdpo.local.warm_start.batch_size=2",
+)
+DONE_FILE = "DONE"
+MODULE = "gdpo_nemo.engines.local.parallel"  # this file as `python -m` names it (not __main__)
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """One run of the experiment on this machine: its name and where its files go."""
+
+    name: str
+    config_path: Path
+    run_dir: Path
+    log_path: Path
+
+    @property
+    def finished(self) -> bool:
+        return (self.run_dir / DONE_FILE).is_file()
+
+
+def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool = False,
+              threads_per_run: int | None = None) -> list[LocalRun]:
+    """Compose and check the config of every selected run, then write them (a run that
+    started keeps the config it started with); returns the runs in the experiment's order.
+    ValueError naming the experiment, filter or run at fault, with nothing written."""
+    from gdpo_nemo import config_compose
+    from gdpo_nemo.engines.local.config import resolve_and_check
+    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.sweep.errors import SweepError
+    from gdpo_nemo.sweep.plan import parse_filters, place_run, select
+
+    try:
+        specs = config_compose.load_experiment(experiment)
+        chosen = set(select([spec.run_id for spec in specs], parse_filters(list(only))))
+    except (config_compose.ConfigError, SweepError) as err:
+        raise ValueError(str(err)) from None
+    extra = [*(SMOKE_OVERRIDES if smoke else ()), *overrides]
+    if threads_per_run is not None:
+        extra.insert(0, f"++gdpo.local.num_threads={threads_per_run}")  # the user's own value wins
+    planned = []
+    for spec in specs:
+        if spec.run_id not in chosen:
+            continue
+        try:
+            config = config_compose.compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed,
+                                            experiment=experiment, overrides=(*spec.overrides, *extra))
+            if config["gdpo"]["engine"] != "local":
+                raise ValueError(f"gdpo.engine={config['gdpo']['engine']!r}; this command runs the local engine only"
+                                 " (use `gdpo-nemo sweep` for NeMo RL runs)")
+            run_id = RunId.from_config(config)
+            run = LocalRun(run_id.name, out / "configs" / f"{run_id.name}.yaml", out / "runs" / run_id.name,
+                           out / "logs" / f"{run_id.name}.log")
+            place_run(config, run_id, run.run_dir)
+            resolve_and_check(config)  # the local engine's own check, before anything starts
+        except (config_compose.ConfigError, ValueError) as err:
+            raise ValueError(f"run {spec.run_id.name}: {err}") from None
+        planned.append((run, config_compose.dump(config)))
+    for run, text in planned:  # written only once every run checked out
+        if not ((run.run_dir / "config.yaml").is_file() and run.config_path.is_file()):
+            run.config_path.parent.mkdir(parents=True, exist_ok=True)  # a started run keeps its config (resume)
+            run.config_path.write_text(text)
+    return [run for run, _ in planned]
+
+
+def prepare_shared(config_paths, log=print) -> None:
+    """Convert the embedded model and train each distinct warm-start of these run configs,
+    once each (the runs then find them in the cache)."""
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.models import is_builtin, load_policy
+    from gdpo_nemo.engines.local.warm_start import warm_start_checkpoint, warm_start_key
+
+    seen = set()
+    for path in config_paths:
+        config, _ = load_run_config(path)
+        model = config["policy"]["model_name"]
+        if config["gdpo"]["local"]["warm_start"]["enabled"]:
+            key = warm_start_key(config)
+            if key not in seen:
+                seen.add(key)
+                warm_start_checkpoint(config, log=log)
+        elif is_builtin(model) and model not in seen:
+            seen.add(model)
+            load_policy(model, seed=config["grpo"]["seed"], log=log)  # converts once, then cached
+
+
+def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, log=print) -> list[LocalRun]:
+    """Run the unfinished runs, at most `jobs` processes at a time; returns the failed ones."""
+    pending = [run for run in runs if not run.finished]
+    for run in runs:
+        if run.finished:
+            log(f"done already: {run.name}")
+    if not pending:
+        return []
+    log(f"preparing the shared model files and warm-starts of {len(pending)} run(s)")
+    prepared = subprocess.run([python, "-m", MODULE, "--prepare", *map(str, (r.config_path for r in pending))])
+    if prepared.returncode != 0:
+        log("preparation failed (its output is above); no run started")
+        return pending
+    # Runs side by side on one GPU: let each process's allocator give back what it frees.
+    env = dict(os.environ)
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    running: dict = {}
+    failed, finished = [], 0
+    queue = list(pending)
+    while queue or running:
+        while queue and len(running) < jobs:
+            run = queue.pop(0)
+            run.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(run.log_path, "ab") as output:
+                command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path),
+                           "--run-dir", str(run.run_dir), "--resume"]
+                running[run] = (subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env),
+                                time.monotonic())
+            log(f"started {run.name} (log {run.log_path})")
+        time.sleep(0.5)
+        for run, (process, started) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[run]
+            seconds = time.monotonic() - started
+            if process.returncode == 0 and run.finished:
+                finished += 1
+                log(f"finished {run.name} in {seconds:.0f} s ({finished}/{len(pending)})")
+            else:
+                failed.append(run)
+                log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {run.log_path}")
+    return failed
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", nargs="?", help="experiment name (experiments/<name>.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides applied to every run, last")
+    parser.add_argument("--out", type=Path, default=None, help="output dir (default runs/<experiment>)")
+    parser.add_argument("--jobs", type=int, default=6, help="runs at a time (default 6)")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                        help="restrict to runs with KEY=VALUE (run, task, model, algo, seed), as gdpo-nemo sweep")
+    parser.add_argument("--smoke", action="store_true", help="builtin:tiny on the CPU at toy sizes (tests)")
+    parser.add_argument("--prepare", nargs="+", metavar="CONFIG", help=argparse.SUPPRESS)
+    return parser.parse_intermixed_args(argv)  # overrides may follow options
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.prepare:
+        prepare_shared(args.prepare)
+        return 0
+    if not args.experiment:
+        print("error: name an experiment (experiments/<name>.yaml), e.g. gpu_study", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: expected an int >= 1", file=sys.stderr)
+        return 2
+    out = (args.out or Path("runs") / args.experiment).resolve()
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    try:
+        runs = plan_runs(args.experiment, out, args.only, args.overrides, smoke=args.smoke, threads_per_run=threads)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, {threads} CPU thread(s) each")
+    started = time.monotonic()
+    failed = run_all(runs, args.jobs)
+    print(f"{len(runs) - len(failed)} of {len(runs)} run(s) finished; {time.monotonic() - started:.0f} s")
+    if failed:
+        print("failed: " + ", ".join(run.name for run in failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
