@@ -1,0 +1,112 @@
+"""What the NeMo RL tier's tests share: small run configs, and the one stand-in allowed.
+
+The stand-in is the generation backend: NeMo RL's vLLM generation needs a GPU, so
+`scripted_generation` builds an implementation of NeMo RL's own ``GenerationInterface``
+(its abstract class, so a missing method fails at construction) whose ``generate`` answers
+each sample with a given text, in the ``GenerationOutputSpec`` shape NeMo RL's rollout reads.
+Everything else the tests touch is NeMo RL's real code.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+from gdpo_nemo import config_compose as cc
+
+# (config group task option, model option) of each task's environment.
+TASK_RUNS = {
+    "toolcall": ("toolcall", "qwen2.5-1.5b-instruct"),
+    "gsm8k": ("gsm8k", "qwen2.5-1.5b-instruct"),
+    "math": ("math", "r1-distill-qwen-1.5b"),
+    "code": ("code_3obj", "r1-distill-qwen-7b"),
+}
+
+
+def small_config(task: str, tokenizer_dir: str, run_dir: Path, *, algo: str = "gdpo", rows: int = 2,
+                 generations: int = 2, extra: tuple[str, ...] = ()) -> dict:
+    """A composed nemo-engine run config of `task` sized for a CPU: offline data of `rows`
+    prompts, `generations` answers each, the tiny byte-level tokenizer as policy tokenizer
+    (a local folder: no hub), one node with one GPU (what NeMo RL will ask Ray for)."""
+    option, model = TASK_RUNS[task]
+    env = cc.ENV_NAMES[task]
+    overrides = [
+        "data.train.source=offline", "data.validation.source=offline",
+        f"data.train.limit={rows}", f"data.validation.limit={rows}",
+        f"policy.model_name={tokenizer_dir}", f"env.{env}.tokenizer={tokenizer_dir}", f"env.{env}.num_workers=1",
+        f"grpo.num_prompts_per_step={rows}", f"grpo.num_generations_per_prompt={generations}",
+        f"grpo.max_val_samples={rows}", f"grpo.val_batch_size={rows}", "grpo.max_num_steps=1",
+        f"policy.train_global_batch_size={rows * generations}", "policy.train_micro_batch_size=1",
+        "policy.max_total_sequence_length=2048", "policy.generation.max_new_tokens=256",
+        "data.max_input_seq_length=1024", "data.shuffle=false", "logger.monitor_gpus=false",
+        f"logger.log_dir={run_dir}", f"checkpointing.checkpoint_dir={run_dir / 'checkpoints'}",
+        *extra,
+    ]
+    return cc.compose(option, model, algo, cluster="nemo_1n1g", seed=0, overrides=overrides)
+
+
+def demonstrations(task: str, config: dict, count: int, split: str = "train") -> list[str]:
+    """Correct answers to the first `count` offline rows of `split` (the task's own demonstrations)."""
+    return [demo for _, demo in demonstrated_prompts(task, config, split)[:count]]
+
+
+def demonstrated_prompts(task: str, config: dict, split: str = "train") -> list[tuple[str, str]]:
+    """(the row's last prompt message, a correct answer) for each offline row of `split`,
+    loaded as our TaskDataset loads them."""
+    from gdpo_nemo.tasks import get_task
+
+    block = config["data"]["train" if split == "train" else "validation"]
+    spec = get_task(task, **dict(block.get("task_options") or {}))
+    examples = spec.load(split, source="offline", limit=block["limit"], seed=block.get("seed", 0))
+    rng = random.Random(0)
+    return [(example.messages[-1]["content"], spec.demonstration(example, rng)) for example in examples]
+
+
+def scripted_generation(tokenizer, answers):
+    """A NeMo RL GenerationInterface answering sample i of each generate call with
+    answers(i, prompt_text) (a callable) or answers[i % len(answers)] (a list)."""
+    import torch
+
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.models.generation.interfaces import GenerationInterface
+
+    def generate(self, data, greedy=False):
+        self.calls += 1
+        input_ids, lengths = data["input_ids"], data["input_lengths"]
+        outputs, generated = [], []
+        for i in range(input_ids.shape[0]):
+            prompt = input_ids[i, : int(lengths[i])]
+            text = answers(i, tokenizer.decode(prompt)) if callable(answers) else answers[i % len(answers)]
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"][0].to(torch.long)
+            ids = torch.cat([ids, torch.tensor([tokenizer.eos_token_id])])
+            outputs.append(torch.cat([prompt, ids]))
+            generated.append(len(ids))
+        width = max(len(o) for o in outputs)
+        output_ids = torch.full((len(outputs), width), tokenizer.pad_token_id, dtype=torch.long)
+        for i, row in enumerate(outputs):
+            output_ids[i, : len(row)] = row
+        return BatchedDataDict(
+            {
+                "output_ids": output_ids,
+                "generation_lengths": torch.tensor(generated),
+                "unpadded_sequence_lengths": torch.tensor([len(o) for o in outputs]),
+                "logprobs": torch.zeros(output_ids.shape, dtype=torch.float32),
+                "truncated": torch.zeros(len(outputs), dtype=torch.bool),
+            }
+        )
+
+    def idle(self, *args, **kwargs):
+        return True
+
+    def not_on_a_cpu(self, *args, **kwargs):
+        raise AssertionError("the scripted generation has no weights to sync (a GPU-only path was reached)")
+
+    namespace = {name: not_on_a_cpu for name in GenerationInterface.__abstractmethods__}
+    namespace.update(generate=generate, prepare_for_generation=idle, finish_generation=idle, shutdown=idle,
+                     calls=0, get_logger_metrics=lambda self: {}, clear_logger_metrics=idle,
+                     snapshot_step_metrics=idle,
+                     # no weights, so never stale: grpo_train syncs no policy weights into it
+                     weight_synchronizer=SimpleNamespace(is_stale=False))
+    cls = type("ScriptedGeneration", (GenerationInterface,), namespace)
+    return cls()
