@@ -93,3 +93,27 @@ def test_sweep_refuses_before_sbatch_what_nemo_rl_refuses(tmp_path, capsys, monk
     assert "NeMo RL's own config check refuses this sweep" in err
     assert f"badkv__gsm8k__qwen2.5-1.5b-instruct__gdpo__seed0: {BAD_KEY}: NeMo RL MasterConfig: {NEMO_RL_SAYS}" in err
     assert not called.exists() and not sweep_dir.exists()
+
+
+def test_an_offline_nemo_config_leaves_data_path_out_and_nemo_rl_accepts_it():
+    from gdpo_nemo.engines.nemo.validation import check_configs
+
+    config = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n8g",
+                        overrides=["data.train.source=offline", "data.validation.source=offline"])
+    assert "data_path" not in config["data"]["train"] and "data_path" not in config["data"]["validation"]
+    assert check_configs({"run": config}, "in-process") == {"run": []}
+
+
+@pytest.mark.parametrize("option, model, component", [
+    ("toolcall", "qwen2.5-1.5b-instruct", "correctness"), ("gsm8k", "qwen2.5-1.5b-instruct", "correctness"),
+    ("math", "r1-distill-qwen-1.5b", "correctness"), ("code_3obj", "r1-distill-qwen-7b", "pass"),
+])
+def test_checkpoints_rank_by_the_task_accuracy_component_not_the_reward_sum(option, model, component):
+    config = cc.compose(option, model, "gdpo", cluster="nemo_1n8g")
+    assert config["checkpointing"]["metric_name"] == f"val:reward/{component}"
+
+
+def test_a_checkpoint_metric_naming_no_reward_component_is_refused():
+    with pytest.raises(cc.ConfigError, match=r"checkpointing.metric_name: 'val:reward/accuracy' names no reward component"):
+        cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n8g",
+                   overrides=["checkpointing.metric_name=val:reward/accuracy"])
