@@ -396,6 +396,38 @@ def test_a_program_whose_helpers_spin_earns_no_pass(pool):
 # --- 9. smaller channels --------------------------------------------------------------------
 
 
+PRINT_PID = "import os\nprint(os.getpid())"
+EARLIER_PROGRAMS = {
+    "ran every case": "print(1)",
+    "failed to compile": "def (",
+    "made threads": "import threading\nfor _ in range(4):\n    t = threading.Thread(target=int)\n    t.start()\n    t.join()",
+}
+
+
+def pid_after(sandbox, earlier: str | None) -> tuple[str, int]:
+    """The PID the next program sees after `earlier` ran 3 cases in the same worker, and how
+    many sandboxes the worker started."""
+    kept = SandboxWorker(sandbox, SMALL.tmp_bytes)
+    try:
+        if earlier is not None:
+            kept.run_cases(earlier, [Case()] * 3, SMALL)
+        [seen] = kept.run_cases(PRINT_PID, [Case()], SMALL)
+        return seen.stdout, kept.started
+    finally:
+        kept.close()
+
+
+def test_the_next_program_cannot_learn_from_its_pids_what_an_earlier_program_did(sandbox):
+    # The PID counter of a reused sandbox is left where three case processes leave it, whether
+    # the earlier program ran all its cases or stopped at a compile error; a program that made
+    # processes or threads of its own retires the sandbox, and the next one sees a fresh one.
+    seen = {name: pid_after(sandbox, source) for name, source in EARLIER_PROGRAMS.items()}
+    fresh = pid_after(sandbox, None)
+    assert seen["ran every case"] == seen["failed to compile"]
+    assert seen["ran every case"][1] == 1 and int(seen["ran every case"][0]) > int(fresh[0])
+    assert seen["made threads"] == (fresh[0], 2)
+
+
 def test_main_py_is_written_afresh_for_every_case(sandbox):
     source = "import os\nprint(os.path.getsize(__file__))\nopen(__file__, 'a').write('# carried over\\n' * 100)"
     results = sandbox.run_cases(source, [Case(), Case()], SMALL)

@@ -578,6 +578,30 @@ def _leftovers():
     return _sockets_left()
 
 
+def _last_pid():
+    """The PID most recently handed out in this PID namespace (the last field of
+    /proc/loadavg, which the kernel reads from the reader's own PID namespace)."""
+    with open("/proc/loadavg", "rb") as handle:
+        return int(handle.read().split()[-1])
+
+
+def _settle_pid_counter(start, cases):
+    """Leave the PID counter where `cases` case processes alone would have left it, so the
+    next program in this sandbox cannot learn from its own PIDs what an earlier one did.
+
+    Each case forks exactly one process; a case the driver skipped (compile error, stop after
+    a timeout) is made up with a process that exits at once. A program that made processes or
+    threads of its own moved the counter past that: the sandbox then retires (False).
+    """
+    target = start + cases
+    while _last_pid() < target:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return _last_pid() == target
+
+
 class _Payload:
     """Moves a job's payload from the jobs pipe into a memfd through one reused buffer that
     is zeroed after each use, so no payload stays in the driver's memory."""
@@ -623,6 +647,7 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
         state["mode"] = os.stat(work_dir).st_mode & 0o7777
     compile_error = -1  # the stderr memfd of the case that found the program does not compile
     stopped = False
+    first_pid = _last_pid() if pid_namespace else 0
     for index, kind in enumerate(header["kinds"]):
         if stopped:
             _write_all(result_fd, b"CASE %d skipped 0 0 0 0 0 0 0 0 0\n" % index)
@@ -694,6 +719,8 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
     # Whatever the program wrote stays out of the next program's way; a sandbox that
     # cannot be cleaned, or holds kernel objects, retires ("DONE 1").
     clean = _wipe(work_dir, state["mode"]) and not (pid_namespace and _leftovers())
+    if pid_namespace and clean:
+        clean = _settle_pid_counter(first_pid, len(header["kinds"]))
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
     return clean
 
