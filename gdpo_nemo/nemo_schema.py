@@ -488,7 +488,7 @@ SCHEMA: dict = {
 
 # ---------------------------------------------------------------------------------------
 # Where this copy deliberately differs from NeMo RL's classes at the pin: key path -> why.
-# tests/nemo_rl/test_schema_parity.py translates NeMo RL's own classes (MasterConfig and
+# tests/nemo_tier/test_schema_parity.py translates NeMo RL's own classes (MasterConfig and
 # below) into this notation in CI and requires the differences to be exactly these keys.
 # Not listed because not compared: the value sets of Literal-typed keys (NeMo RL's own
 # check, gdpo_nemo.engines.nemo.validation, refuses a bad value; this copy checks the type).

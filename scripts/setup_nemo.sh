@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NeMo RL's own Python code for the CPU test tier (tests/nemo_rl/, docs/nemo_rl.md section 6).
+# NeMo RL's own Python code for the CPU test tier (tests/nemo_tier/, docs/nemo_rl.md section 6).
 # NeMo RL is not on PyPI: its source at the pinned commit comes from the archive in
 # ../shared/vendor (NEMO_RL_ARCHIVE), unpacked into .nemo-rl/ (ignored; never committed), and
 # .venv-nemo gets NeMo RL's dependencies at the exact versions of requirements/nemo-py3.11.txt
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCHIVE=${NEMO_RL_ARCHIVE:-../shared/vendor/nemo-rl-7ea279ab.tar.gz}
 if [ ! -f "$ARCHIVE" ]; then
-  echo "setup_nemo: NeMo RL source archive $ARCHIVE not found (set NEMO_RL_ARCHIVE); the tests/nemo_rl tier will be skipped" >&2
+  echo "setup_nemo: NeMo RL source archive $ARCHIVE not found (set NEMO_RL_ARCHIVE); the tests/nemo_tier tier will be skipped" >&2
   exit 0
 fi
 PYTHON=${NEMO_PYTHON:-python3.11}

@@ -29,7 +29,7 @@ starts) does, against the pinned commit's APIs:
      dir (NeMo RL would add ``exp_<N>/``), so both engines share one run-dir layout.
 
 The wrappers (`wrap_rollout`, `wrap_validate`, `wrap_log_metrics`, `wrap_dynamic_sampling`)
-take the original function as an argument; tests/nemo_rl runs them inside NeMo RL's own
+take the original function as an argument; tests/nemo_tier runs them inside NeMo RL's own
 ``grpo_train`` and rollout.
 """
 

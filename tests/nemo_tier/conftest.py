@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NEMO_VENV_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
 NEMO_RL_CHECKOUT = REPO / ".nemo-rl" / "nemo-rl"
-INSIDE = nemo_rl_importable()  # (this folder itself is a namespace package named nemo_rl)
+INSIDE = nemo_rl_importable()
 REPORT_ENV = "GDPO_NEMO_TIER_REPORT"
 _STATE: dict = {}
 
