@@ -26,8 +26,17 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-METRICS_FILE = "metrics.jsonl"
-WANDB_ID_FILE = "wandb_id"
+# The run dir's metrics reader lives with the rest of the layout; re-exported here for
+# callers that read what a Tracker wrote.
+from gdpo_nemo.rundir import (  # noqa: F401
+    METRICS_FILE,
+    WANDB_ID_FILE,
+    metrics_path,
+    read_metrics,
+    read_metrics_file,
+    truncate_metrics,
+    wandb_dir,
+)
 
 
 def wandb_mode(enabled: bool) -> str:
@@ -54,54 +63,6 @@ def _plain(value):
     return value if math.isfinite(value) else None
 
 
-def read_metrics_file(path, bad_lines: list | None = None) -> list[dict]:
-    """The records of a `metrics.jsonl` file, in file order: the one reader of the format.
-
-    A line that is not a JSON object with a numeric ``"step"`` (the last line of a run
-    killed mid-write, a hand edit) is skipped, and the lines after it are still read: each
-    was written whole on its own. When `bad_lines` is given, each skipped line is appended
-    to it as ``(line number, reason)``.
-    """
-    records = []
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                reason = f"not JSON: {line[:60]!r}"
-            else:
-                step = record.get("step") if isinstance(record, dict) else None
-                if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
-                    records.append(record)
-                    continue
-                reason = "no numeric 'step'"
-            if bad_lines is not None:
-                bad_lines.append((number, reason))
-    return records
-
-
-def read_metrics(run_dir) -> list[dict]:
-    """The records of `<run_dir>/metrics.jsonl` (`read_metrics_file`); [] when there is none."""
-    path = Path(run_dir) / METRICS_FILE
-    return read_metrics_file(path) if path.exists() else []
-
-
-def truncate_metrics(run_dir, last_step: int) -> int:
-    """Keep only the records of `metrics.jsonl` with step <= `last_step`; returns how many
-    were kept. The file is rewritten through a temporary file and an atomic rename."""
-    path = Path(run_dir) / METRICS_FILE
-    kept = [r for r in read_metrics(run_dir) if int(r.get("step", -1)) <= last_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w") as handle:
-        for record in kept:
-            handle.write(json.dumps(record) + "\n")
-    os.replace(tmp, path)
-    return len(kept)
-
-
 class Tracker:
     """Log metrics of one run to `<run_dir>/metrics.jsonl` and (optionally) W&B.
 
@@ -120,7 +81,7 @@ class Tracker:
                  resume_step: int | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / METRICS_FILE
+        self.path = metrics_path(self.run_dir)
         if resume_step is None:
             self.path.write_text("")
         else:
@@ -156,7 +117,7 @@ class Tracker:
 
     @property
     def wandb_dir(self) -> Path:
-        return self.run_dir / "wandb"
+        return wandb_dir(self.run_dir)
 
     def log(self, metrics: dict, step: int) -> dict:
         """Append one record `{"step": step, **metrics}` and mirror it to W&B.

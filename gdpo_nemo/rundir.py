@@ -1,0 +1,207 @@
+"""The run dir: the names of what it holds, and the one reader and writer of each file.
+
+Both engines write the same layout (docs/interfaces.md, "Run dir"); the sweep, the eval
+command and the analysis read it. Every path below is built here, so a name changes in one
+place:
+
+    <run_dir>/
+      config.yaml                 CONFIG_FILE: the resolved run config (`write_config`, `read_config`)
+      metrics.jsonl               METRICS_FILE: one JSON object per logged step (`read_metrics`)
+      checkpoints/step_<N>/       CHECKPOINTS_DIR: one folder per saved step (`checkpoint_steps`)
+      wandb/                      WANDB_DIR: W&B's files when W&B is online or offline
+      wandb_id                    WANDB_ID_FILE: the W&B run id, so a resumed run continues it
+      eval/<benchmark>/step_<N>.json   EVAL_DIR: `gdpo-nemo eval` results (`eval_file`)
+      DONE                        DONE_FILE: the run finished all its steps (`mark_done`, `is_done`)
+
+A NeMo RL log dir inside a run dir may also hold ``tensorboard/`` (TENSORBOARD_DIR) and
+``train_data_step<N>.jsonl`` files; the analysis reads those (gdpo_nemo.analysis.sources).
+
+Torn files: a run killed mid-write can leave the last line of ``metrics.jsonl`` half
+written. `read_metrics_file` skips any line that is not a whole record and keeps reading,
+since every other line was written and flushed whole.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+DONE_FILE = "DONE"
+CHECKPOINTS_DIR = "checkpoints"
+WANDB_DIR = "wandb"
+WANDB_ID_FILE = "wandb_id"
+EVAL_DIR = "eval"
+TENSORBOARD_DIR = "tensorboard"
+# Folders of a run dir that hold no run of their own: the analysis does not descend into them.
+NON_RUN_DIRS = (CHECKPOINTS_DIR, WANDB_DIR, EVAL_DIR)
+STEP_DIR = re.compile(r"^step_(\d+)$")  # checkpoints/step_<N>, eval/bfcl/step_<N>
+
+
+def config_path(run_dir) -> Path:
+    """``<run_dir>/config.yaml``."""
+    return Path(run_dir) / CONFIG_FILE
+
+
+def metrics_path(run_dir) -> Path:
+    """``<run_dir>/metrics.jsonl``."""
+    return Path(run_dir) / METRICS_FILE
+
+
+def done_path(run_dir) -> Path:
+    """``<run_dir>/DONE``."""
+    return Path(run_dir) / DONE_FILE
+
+
+def checkpoints_dir(run_dir) -> Path:
+    """``<run_dir>/checkpoints``: the folder of the ``step_<N>`` checkpoints."""
+    return Path(run_dir) / CHECKPOINTS_DIR
+
+
+def wandb_dir(run_dir) -> Path:
+    """``<run_dir>/wandb``: where W&B writes its run files (offline ones included)."""
+    return Path(run_dir) / WANDB_DIR
+
+
+def eval_dir(run_dir, benchmark: str | None = None) -> Path:
+    """``<run_dir>/eval``, or ``<run_dir>/eval/<benchmark>`` when `benchmark` is given."""
+    folder = Path(run_dir) / EVAL_DIR
+    return folder / benchmark if benchmark else folder
+
+
+def eval_file(run_dir, benchmark: str, step: int) -> Path:
+    """``<run_dir>/eval/<benchmark>/step_<step>.json``: one benchmark's results at one step."""
+    return eval_dir(run_dir, benchmark) / f"step_{step}.json"
+
+
+def is_run_dir(folder) -> bool:
+    """True when `folder` holds a ``metrics.jsonl`` or a ``config.yaml`` (what makes a run dir)."""
+    return metrics_path(folder).exists() or config_path(folder).exists()
+
+
+# ---- DONE ----------------------------------------------------------------------------
+
+
+def is_done(run_dir) -> bool:
+    """True when the engine marked the run finished (``<run_dir>/DONE`` is a file)."""
+    return done_path(run_dir).is_file()
+
+
+def mark_done(run_dir, note: str = "") -> None:
+    """Mark the run finished: write ``DONE`` holding `note` (the engines write the step count
+    or "done"; readers only test that the file exists)."""
+    done_path(run_dir).write_text(note)
+
+
+def clear_done(run_dir) -> None:
+    """Remove a stale ``DONE`` (a run that starts or resumes is not finished)."""
+    done_path(run_dir).unlink(missing_ok=True)
+
+
+# ---- config.yaml ---------------------------------------------------------------------
+
+
+def write_config(run_dir, config: Mapping) -> Path:
+    """Write the resolved run config to ``<run_dir>/config.yaml`` as YAML, keys in their
+    composed order; creates the run dir. Returns the file's path."""
+    path = config_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=None, width=100))
+    return path
+
+
+def read_config_file(path) -> dict:
+    """The mapping in a run config file (an empty file reads as {}). ValueError naming the
+    file when it is not YAML or not a mapping; OSError when it cannot be read."""
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not YAML: {err}") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a mapping, found {type(config).__name__}")
+    return config
+
+
+def read_config(run_dir) -> dict | None:
+    """The resolved config of a run dir (`read_config_file` of its ``config.yaml``), None
+    when the run dir has none."""
+    path = config_path(run_dir)
+    return read_config_file(path) if path.is_file() else None
+
+
+# ---- metrics.jsonl -------------------------------------------------------------------
+
+
+def read_metrics_file(path, bad_lines: list | None = None) -> list[dict]:
+    """The records of a `metrics.jsonl` file, in file order: the one reader of the format.
+
+    A line that is not a JSON object with a numeric ``"step"`` (the last line of a run
+    killed mid-write, a hand edit) is skipped, and the lines after it are still read: each
+    was written whole on its own. When `bad_lines` is given, each skipped line is appended
+    to it as ``(line number, reason)``.
+    """
+    records = []
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                reason = f"not JSON: {line[:60]!r}"
+            else:
+                step = record.get("step") if isinstance(record, dict) else None
+                if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
+                    records.append(record)
+                    continue
+                reason = "no numeric 'step'"
+            if bad_lines is not None:
+                bad_lines.append((number, reason))
+    return records
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """The records of `<run_dir>/metrics.jsonl` (`read_metrics_file`); [] when there is none."""
+    path = metrics_path(run_dir)
+    return read_metrics_file(path) if path.exists() else []
+
+
+def truncate_metrics(run_dir, last_step: int) -> int:
+    """Keep only the records of `metrics.jsonl` with step <= `last_step`; returns how many
+    were kept. The file is rewritten through a temporary file and an atomic rename."""
+    path = metrics_path(run_dir)
+    kept = [r for r in read_metrics(run_dir) if int(r.get("step", -1)) <= last_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w") as handle:
+        for record in kept:
+            handle.write(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+    return len(kept)
+
+
+# ---- checkpoints/ --------------------------------------------------------------------
+
+
+def checkpoint_steps(folder) -> list[tuple[int, Path]]:
+    """The ``step_<N>`` sub-folders of `folder` (a run dir's ``checkpoints/``, or NeMo RL's
+    ``checkpointing.checkpoint_dir``) as ``(N, path)``, smallest N first; [] when `folder`
+    does not exist. Whether a folder holds a complete checkpoint is the engine's to judge."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        match = STEP_DIR.match(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
