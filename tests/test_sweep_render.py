@@ -24,7 +24,7 @@ NEMO = {
     "time": "04:00:00",
     "nodes": 2,
     "gpus_per_node": 8,
-    "container": "nvcr.io/nvidia/nemo-rl:v0.4.0",
+    "container": "/lustre/images/nemo-rl-7ea279ab.sqsh",
     "nemo_rl_dir": "/lustre/me/nemo-rl",
     "mounts": ["/lustre:/lustre"],
     "env": ["HF_HOME", "HF_TOKEN", "WANDB_API_KEY"],
@@ -97,7 +97,7 @@ def test_nemo_job_runs_ray_sub_from_the_checkout_with_our_entry_point_as_command
         f"cd {WORKDIR} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} "
         f"uv run --project /lustre/me/nemo-rl python -m gdpo_nemo.engines.nemo.run --config {config}"
     )
-    assert exported(script, "CONTAINER") == "nvcr.io/nvidia/nemo-rl:v0.4.0"
+    assert exported(script, "CONTAINER") == "/lustre/images/nemo-rl-7ea279ab.sqsh"
     assert exported(script, "GPUS_PER_NODE") == "8"
     assert exported(script, "BASE_LOG_DIR") == f"{SWEEP}/runs/{RUN.name}/ray_logs"
     assert exported(script, "GDPO_NEMO_RUN_GRPO") == "/lustre/me/nemo-rl/examples/run_grpo.py"
