@@ -11,13 +11,14 @@ before GDPO's batch normalization (a batch-wide affine map, which Fig. 2 also sk
 NVlabs/GDPO issue #3). So ``gdpo`` and ``gdpo_no_bn`` count the same.
 
 The count is exact: no epsilon, no rounding. Each advantage tuple is mapped to an exact
-canonical key:
+canonical key, chosen by the ``collapse_key`` an estimator declares in the registry
+(gdpo_nemo.advantages; a function of its own, or one of these kinds):
 
-- ``grpo_no_std``: A_i = (G s_i - S) / G with integer sums, so the integer vector
-  d = G s - S is the key.
-- ``grpo``: A = d / std(d) depends only on the direction of d; the gcd-reduced integer
-  vector is the key (0 for a constant group).
-- ``gdpo``: A_i = sqrt(G-1) * sum_k d_ki / ||d_k||. Write ||d_k||^2 = c_k m_k^2 with c_k
+- ``"centred_sum"`` (grpo_no_std): A_i = (G s_i - S) / G with integer sums, so the integer
+  vector d = G s - S is the key.
+- ``"normalized_sum"`` (grpo): A = d / std(d) depends only on the direction of d; the
+  gcd-reduced integer vector is the key (0 for a constant group).
+- ``"normalized_components"`` (gdpo, gdpo_no_bn): A_i = sqrt(G-1) * sum_k d_ki / ||d_k||. Write ||d_k||^2 = c_k m_k^2 with c_k
   square-free; then A_i / sqrt(G-1) = sum_c (1/sqrt(c)) * sum_{k: c_k=c} d_ki / m_k. Square
   roots of distinct square-free integers are linearly independent over the rationals, so
   the map c -> rational coefficient is a unique representation; it is the key. A binary
@@ -41,15 +42,16 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from gdpo_nemo.advantages import ESTIMATORS, estimator_info
+
 __all__ = [
-    "COUNTABLE_ESTIMATORS",
     "count_advantage_groups",
+    "countable_estimators",
     "distinct_advantage_groups",
     "num_multisets",
     "zero_std_fraction",
 ]
 
-COUNTABLE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
 # Enumeration holds only the distinct keys in memory; this bounds its time (~1 minute for
 # the largest Fig. 3 setting, n = 6, G = 4: 766,480 multisets).
 DEFAULT_MAX_ENUMERATE = 1_000_000
@@ -79,12 +81,12 @@ def _centred(values: list[int]) -> list[int]:
     return [size * v - total for v in values]
 
 
-def _key_grpo_no_std(group: tuple[int, ...], num_rewards: int) -> tuple:
+def _key_centred_sum(group: tuple[int, ...], num_rewards: int) -> tuple:
     sums = [bin(vector).count("1") for vector in group]
     return tuple(sorted(_centred(sums)))
 
 
-def _key_grpo(group: tuple[int, ...], num_rewards: int) -> tuple:
+def _key_normalized_sum(group: tuple[int, ...], num_rewards: int) -> tuple:
     d = _centred([bin(vector).count("1") for vector in group])
     divisor = math.gcd(*d)
     if divisor == 0:
@@ -110,7 +112,7 @@ def _gdpo_column_terms(column: tuple[int, ...]) -> tuple[int, tuple[int, ...]] |
     return c, tuple((size * v - ones) * scale for v in column)
 
 
-def _key_gdpo(group: tuple[int, ...], num_rewards: int) -> tuple:
+def _key_normalized_components(group: tuple[int, ...], num_rewards: int) -> tuple:
     per_sample: list[dict[int, int]] = [{} for _ in group]
     for k in range(num_rewards):
         terms = _gdpo_column_terms(tuple((vector >> k) & 1 for vector in group))
@@ -123,7 +125,29 @@ def _key_gdpo(group: tuple[int, ...], num_rewards: int) -> tuple:
     return tuple(sorted(keys))
 
 
-_KEYS = {"grpo": _key_grpo, "grpo_no_std": _key_grpo_no_std, "gdpo": _key_gdpo, "gdpo_no_bn": _key_gdpo}
+# One per gdpo_nemo.advantages.COLLAPSE_KINDS (a test keeps the two equal).
+KEYS_BY_KIND = {
+    "centred_sum": _key_centred_sum,
+    "normalized_sum": _key_normalized_sum,
+    "normalized_components": _key_normalized_components,
+}
+
+
+def countable_estimators() -> list[str]:
+    """The registered estimators whose distinct advantage groups can be counted (those that
+    declare a ``collapse_key``), in registration order."""
+    return [name for name, info in ESTIMATORS.items() if info.collapse_key is not None]
+
+
+def _key_of(estimator: str):
+    """The canonical-key function of `estimator`: (group, num_rewards) -> hashable."""
+    countable = countable_estimators()
+    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; expected one of {countable}")
+    if estimator not in countable:
+        raise ValueError(f"estimator {estimator!r} declares no collapse_key, so it cannot be counted; countable: {countable}")
+    key = estimator_info(estimator).collapse_key
+    return KEYS_BY_KIND[key] if isinstance(key, str) else key
 
 
 def _all_groups(num_rewards: int, group_size: int) -> Iterator[tuple[int, ...]]:
@@ -138,8 +162,7 @@ def _sampled_groups(num_rewards: int, group_size: int, samples: int, seed: int) 
 
 
 def _check_setting(estimator: str, num_rewards: int, group_size: int) -> None:
-    if estimator not in _KEYS:
-        raise ValueError(f"unknown estimator {estimator!r}; expected one of {list(COUNTABLE_ESTIMATORS)}")
+    _key_of(estimator)
     if isinstance(num_rewards, bool) or not isinstance(num_rewards, int) or not 1 <= num_rewards <= 16:
         raise ValueError(f"num_rewards = {num_rewards!r}; expected an int from 1 to 16")
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
@@ -173,7 +196,7 @@ def count_advantage_groups(
             groups, method = _sampled_groups(num_rewards, group_size, samples, seed), "sampled"
     else:
         method = "given"
-    key = _KEYS[estimator]
+    key = _key_of(estimator)
     seen = set()
     examined = 0
     for group in groups:

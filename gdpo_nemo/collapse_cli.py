@@ -12,8 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--estimator",
         nargs="+",
-        default=["grpo", "grpo_no_std", "gdpo"],
-        help="estimators to count (default: grpo grpo_no_std gdpo; gdpo counts before batch norm)",
+        default=None,
+        help="estimators to count (default: those of the paper's Fig. 3, grpo grpo_no_std gdpo;"
+        " gdpo counts before batch norm)",
     )
     parser.add_argument(
         "--max-enumerate",
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gdpo_nemo.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
+    from gdpo_nemo.collapse_figures import fig3_estimators
 
     max_enumerate = DEFAULT_MAX_ENUMERATE if args.max_enumerate is None else args.max_enumerate
     rows = [
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             samples=args.samples,
             seed=args.seed,
         )
-        for name in args.estimator
+        for name in args.estimator or fig3_estimators()
     ]
     if args.json:
         for row in rows:

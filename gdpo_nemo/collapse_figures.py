@@ -13,9 +13,17 @@ import argparse
 import json
 from pathlib import Path
 
-FIG3_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo")
-LABELS = {"grpo": "GRPO", "grpo_no_std": "GRPO w/o std", "gdpo": "GDPO"}
-STYLE = {"grpo": ("tab:blue", "o"), "grpo_no_std": ("tab:orange", "s"), "gdpo": ("tab:green", "^")}
+
+# The estimators, labels and styles come from the registry (gdpo_nemo.advantages), imported
+# inside the functions: `gdpo-nemo collapse-figures --help` must not import torch.
+
+
+def fig3_estimators() -> list[str]:
+    """The estimators drawn in the paper's Fig. 3 (registered with ``in_fig3``), in
+    registration order: grpo, grpo_no_std, gdpo."""
+    from gdpo_nemo.advantages import ESTIMATORS
+
+    return [name for name, info in ESTIMATORS.items() if info.in_fig3]
 
 
 def fig3_counts(
@@ -29,7 +37,7 @@ def fig3_counts(
     limit = DEFAULT_MAX_ENUMERATE if max_enumerate is None else max_enumerate
     settings = [("vs_group_size", 2, g) for g in group_sizes] + [("vs_num_rewards", n, 4) for n in num_rewards_range]
     out: dict[str, list] = {"vs_group_size": [], "vs_num_rewards": []}
-    jobs = [(panel, n, g, e) for panel, n, g in settings for e in FIG3_ESTIMATORS]
+    jobs = [(panel, n, g, e) for panel, n, g in settings for e in fig3_estimators()]
     for panel, n, g, estimator in tqdm(jobs, desc="counting advantage groups", disable=not progress):
         out[panel].append(count_advantage_groups(estimator, n, g, max_enumerate=limit, samples=samples))
     return out
@@ -37,12 +45,13 @@ def fig3_counts(
 
 def fig2_table() -> str:
     """Markdown table of the paper's toy (n=2 binary rewards, G=2), before batch norm."""
+    from gdpo_nemo.advantages import estimator_info
     from gdpo_nemo.collapse import count_advantage_groups
 
     lines = ["| estimator | distinct advantage groups (n=2, G=2) |", "|---|---|"]
-    for estimator in FIG3_ESTIMATORS:
+    for estimator in fig3_estimators():
         count = count_advantage_groups(estimator, 2, 2)["distinct_groups"]
-        lines.append(f"| {LABELS[estimator]} | {count} |")
+        lines.append(f"| {estimator_info(estimator).label} | {count} |")
     return "\n".join(lines) + "\n"
 
 
@@ -53,16 +62,19 @@ def plot_fig3(counts: dict, out_stem: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from gdpo_nemo.analysis.figures import algo_label, algo_style
+
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
     panels = (("vs_group_size", "group_size", "rollouts per prompt G (n = 2)"),
               ("vs_num_rewards", "num_rewards", "number of rewards n (G = 4)"))
     for ax, (panel, x_key, x_label) in zip(axes, panels):
-        for estimator in FIG3_ESTIMATORS:
+        for index, estimator in enumerate(fig3_estimators()):
             rows = [r for r in counts[panel] if r["estimator"] == estimator]
-            color, marker = STYLE[estimator]
+            style = algo_style(estimator, index)
+            color, marker = style.color, style.marker
             xs = [r[x_key] for r in rows]
             ys = [r["distinct_groups"] for r in rows]
-            ax.plot(xs, ys, color=color, label=LABELS[estimator], linewidth=1.8)
+            ax.plot(xs, ys, color=color, label=algo_label(estimator), linewidth=1.8)
             for x, y, r in zip(xs, ys, rows):
                 filled = r["method"] == "exact"
                 ax.plot([x], [y], marker=marker, color=color, markersize=5,

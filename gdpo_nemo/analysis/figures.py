@@ -22,10 +22,9 @@ import numpy as np
 import pandas as pd
 
 from gdpo_nemo.analysis.frame import Dataset
-from gdpo_nemo.collapse_figures import LABELS
 
-ALGO_STYLE = {"grpo": ("tab:blue", "-"), "gdpo": ("tab:green", "-"), "grpo_no_std": ("tab:orange", "--"),
-              "gdpo_no_bn": ("tab:purple", "--")}
+# Algos that are not a registered estimator with a style (e.g. "grpo_wlen0.5") get these,
+# by their place in the legend, with a dash-dot line.
 _OTHER_COLORS = ("tab:red", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
 RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 8, "xtick.labelsize": 7.5,
       "ytick.labelsize": 7.5, "lines.linewidth": 1.6, "axes.spines.top": False, "axes.spines.right": False}
@@ -40,17 +39,35 @@ def _pyplot():
     return plt
 
 
+# The registry (gdpo_nemo.advantages) is imported inside these functions: it imports torch,
+# which loading a report's modules does not otherwise need.
+
+
 def algo_label(algo: str) -> str:
-    """Paper name of an algo label (GRPO, GDPO, ...), else the label itself."""
-    return {**LABELS, "gdpo_no_bn": "GDPO w/o BN"}.get(algo, algo)
+    """Display name of an algo: the registered estimator's label (GRPO, GDPO w/o BN, ...),
+    else the algo itself."""
+    from gdpo_nemo.advantages import ESTIMATORS
+
+    info = ESTIMATORS.get(algo)
+    return algo if info is None else info.label
 
 
-def _style(algo: str, index: int) -> tuple[str, str]:
-    return ALGO_STYLE.get(algo, (_OTHER_COLORS[index % len(_OTHER_COLORS)], "-."))
+def algo_style(algo: str, index: int):
+    """The `PlotStyle` of an algo: its registered estimator's, else a colour picked by its
+    `index` in the legend (0-based), marker "o", dash-dot line."""
+    from gdpo_nemo.advantages import ESTIMATORS, PlotStyle
+
+    info = ESTIMATORS.get(algo)
+    if info is not None and info.style is not None:
+        return info.style
+    return PlotStyle(_OTHER_COLORS[index % len(_OTHER_COLORS)], "o", "-.")
 
 
 def _algo_order(algos) -> list[str]:
-    known = [a for a in ("grpo", "grpo_no_std", "gdpo_no_bn", "gdpo") if a in algos]
+    """Registered estimators first, in registration order (the paper's), then the rest sorted."""
+    from gdpo_nemo.advantages import ESTIMATORS
+
+    known = [a for a in ESTIMATORS if a in algos]
     return known + sorted(a for a in algos if a not in known)
 
 
@@ -96,7 +113,8 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
                     continue
                 mean = curve["mean"].rolling(window, min_periods=1).mean().to_numpy()
                 std = curve["std"].rolling(window, min_periods=1).mean().to_numpy()
-                color, line = _style(algo, index)
+                style = algo_style(algo, index)
+                color, line = style.color, style.linestyle
                 ax.plot(curve["step"], mean, color=color, linestyle=line, label=f"{algo_label(algo)} (n={seeds.get(algo, 0)})")
                 ax.fill_between(curve["step"], mean - std, mean + std, color=color, alpha=0.18, linewidth=0)
             name = (ylabels or {}).get(metric, metric)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gdpo_nemo.advantages import estimator_info
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
 from gdpo_nemo.analysis.stats import summarize
@@ -64,8 +65,12 @@ class TableSpec:
     decimals: int = 1
 
 
-def _m(key, label, **where):
-    return Method(key, label, tuple(sorted(where.items())))
+def _runs_of(estimator: str, suffix: str = "", key: str | None = None, **where) -> Method:
+    """The method "runs of `estimator`" (and `where`), keyed `key` (default: the estimator's
+    name) and labelled with the registry's label plus `suffix` ("GDPO 2-obj"); a ValueError
+    for an estimator that is not registered."""
+    label = estimator_info(estimator).label + suffix
+    return Method(key or estimator, label, tuple(sorted({"estimator": estimator, **where}.items())))
 
 
 BASE = Method("base", "Base", base=True)
@@ -81,32 +86,26 @@ _MATH_COLUMNS = (Column("acc", "Acc", "eval/{benchmark}/acc"), Column("exceed", 
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("table1", "Table 1: tool calling on BFCL-v3", "toolcall",
-              (BASE, _m("grpo", "GRPO", estimator="grpo"), _m("grpo_no_std", "GRPO w/o std", estimator="grpo_no_std"),
-               _m("gdpo", "GDPO", estimator="gdpo")), _BFCL_COLUMNS, decimals=2),
+              (BASE, _runs_of("grpo"), _runs_of("grpo_no_std"), _runs_of("gdpo")), _BFCL_COLUMNS, decimals=2),
     TableSpec("table2", "Table 2: tool calling, estimator ablations", "toolcall",
-              (_m("grpo", "GRPO", estimator="grpo"), _m("grpo_no_std", "GRPO w/o std", estimator="grpo_no_std"),
-               _m("gdpo_no_bn", "GDPO w/o BN", estimator="gdpo_no_bn"), _m("gdpo", "GDPO", estimator="gdpo")),
+              (_runs_of("grpo"), _runs_of("grpo_no_std"), _runs_of("gdpo_no_bn"), _runs_of("gdpo")),
               _BFCL_COLUMNS, decimals=2),
     TableSpec("table3", "Table 3: math with a length reward (Acc / Exceed, %)", "math",
-              (BASE, _m("grpo", "GRPO", estimator="grpo"), _m("gdpo", "GDPO", estimator="gdpo")),
+              (BASE, _runs_of("grpo"), _runs_of("gdpo")),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("conditioned_length", False), ("length_weight", 1.0))),
     TableSpec("table4", "Table 4: length vs conditioned length reward (Acc / Exceed, %)", "math",
-              (BASE, _m("grpo_length", "GRPO (R_length)", estimator="grpo", conditioned_length=False),
-               _m("gdpo_length", "GDPO (R_length)", estimator="gdpo", conditioned_length=False),
-               _m("grpo_conditioned", "GRPO (conditioned)", estimator="grpo", conditioned_length=True),
-               _m("gdpo_conditioned", "GDPO (conditioned)", estimator="gdpo", conditioned_length=True)),
+              (BASE, *(_runs_of(e, f" ({label})", f"{e}_{key}", conditioned_length=conditioned)
+                       for key, label, conditioned in (("length", "R_length", False), ("conditioned", "conditioned", True))
+                       for e in ("grpo", "gdpo"))),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("length_weight", 1.0),)),
     TableSpec("table5", "Table 5: coding (pass / exceed / bug, %)", "code",
-              (BASE, _m("grpo_2obj", "GRPO 2-obj", estimator="grpo", num_rewards=2),
-               _m("gdpo_2obj", "GDPO 2-obj", estimator="gdpo", num_rewards=2),
-               _m("grpo_3obj", "GRPO 3-obj", estimator="grpo", num_rewards=3),
-               _m("gdpo_3obj", "GDPO 3-obj", estimator="gdpo", num_rewards=3)),
+              (BASE, *(_runs_of(e, f" {n}-obj", f"{e}_{n}obj", num_rewards=n) for n in (2, 3) for e in ("grpo", "gdpo"))),
               (Column("pass", "Pass", "eval/{benchmark}/pass"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"),
                Column("bug", "Bug", "eval/{benchmark}/bug")),
               (("apps", "Apps"), ("codecontests", "CodeContests"), ("codeforces", "Codeforces"), ("taco", "Taco")), "columns"),
     TableSpec("weight_ablation", "Weight ablation: length weight (Acc / Exceed, %)", "math",
-              tuple(_m(f"{e}_w{w}", f"{label} w_length={w}", estimator=e, length_weight=w)
-                    for e, label in (("grpo", "GRPO"), ("gdpo", "GDPO")) for w in (1.0, 0.75, 0.5, 0.25)),
+              tuple(_runs_of(e, f" w_length={w}", f"{e}_w{w}", length_weight=w)
+                    for e in ("grpo", "gdpo") for w in (1.0, 0.75, 0.5, 0.25)),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "rows", (("conditioned_length", False),)),
 )
 TABLES_BY_KEY = {spec.key: spec for spec in TABLES}
