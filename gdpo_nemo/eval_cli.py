@@ -63,17 +63,14 @@ def _files(pairs: list) -> dict:
 def _run_id(out: Path, given: str | None) -> str | None:
     if given:
         return given
-    config = out / "config.yaml"
-    if config.is_file():
-        import yaml
+    from gdpo_nemo import rundir
+    from gdpo_nemo.run_id import RunId
 
-        from gdpo_nemo.run_id import RunId
-
-        try:
-            return RunId.from_config(yaml.safe_load(config.read_text())).name
-        except (KeyError, TypeError, ValueError):
-            return None
-    return None
+    try:
+        config = rundir.read_config(out)
+        return RunId.from_config(config).name if config is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,11 +29,11 @@ import json
 import re
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.run_id import RunId
 
 EVAL_FILE = re.compile(r"^step_(\d+)\.json$")
-BFCL_STEP_DIR = re.compile(r"^step_(\d+)$")
 BFCL_OVERALL = {
     "data_live.csv": ("Live Overall Acc", "live"),
     "data_non_live.csv": ("Non_Live Overall Acc", "non_live"),
@@ -44,13 +44,13 @@ _BFCL_CATEGORY = re.compile(r"^BFCL_v\d+_(.+)_score\.json$")
 
 def find_eval_files(root: Path) -> list[Path]:
     """Every ``eval/<benchmark>/step_<N>.json`` under `root`."""
-    return sorted(p for p in root.rglob("step_*.json") if p.parent.parent.name == "eval" and EVAL_FILE.match(p.name))
+    return sorted(p for p in root.rglob("step_*.json") if p.parent.parent.name == rundir.EVAL_DIR and EVAL_FILE.match(p.name))
 
 
 def find_bfcl_score_dirs(root: Path) -> list[Path]:
     """Every ``eval/bfcl/step_<N>/score`` folder under `root`."""
-    return sorted(p for p in root.rglob("score") if p.is_dir() and BFCL_STEP_DIR.match(p.parent.name)
-                  and p.parent.parent.name == "bfcl" and p.parent.parent.parent.name == "eval")
+    return sorted(p for p in root.rglob("score") if p.is_dir() and rundir.STEP_DIR.match(p.parent.name)
+                  and p.parent.parent.name == "bfcl" and p.parent.parent.parent.name == rundir.EVAL_DIR)
 
 
 def read_eval_file(path: Path, default_run: RunId | None, problems: list) -> RunLog | None:
@@ -101,7 +101,7 @@ def bfcl_summary_run_id(score_dir: Path) -> RunId | None:
 
 def read_bfcl_score_dir(score_dir: Path, run_id: RunId, problems: list) -> RunLog | None:
     """A BFCL ``score/`` folder (one model) as ``eval/bfcl/*`` rows at its step."""
-    step = int(BFCL_STEP_DIR.match(score_dir.parent.name).group(1))
+    step = int(rundir.STEP_DIR.match(score_dir.parent.name).group(1))
     log = RunLog(run_id=run_id, source="eval", path=str(score_dir.parent.parent.parent.parent), priority=3)
     for filename, (column, metric) in BFCL_OVERALL.items():
         path = score_dir / filename

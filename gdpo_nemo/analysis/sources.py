@@ -25,29 +25,25 @@ import json
 import re
 from pathlib import Path
 
-import yaml
-
+from gdpo_nemo import rundir
 from gdpo_nemo.analysis import evals
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
 from gdpo_nemo.run_id import RunId
-from gdpo_nemo.tracking import read_metrics_file
 
 _TRAIN_DATA = re.compile(r"^train_data_step(\d+)\.jsonl$")
-_SKIP_DIRS = {"checkpoints", "wandb", "eval", ".git", "__pycache__"}
+_SKIP_DIRS = {*rundir.NON_RUN_DIRS, ".git", "__pycache__"}
 
 
 def _read_config(path: Path, problems: list) -> dict:
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
+        return rundir.read_config_file(path)
+    except ValueError as err:  # names the file already
+        problems.append(("", "unreadable_config", str(err)))
+    except OSError as err:
         problems.append(("", "unreadable_config", f"{path}: {err}"))
-        return {}
-    if not isinstance(config, dict):
-        problems.append(("", "unreadable_config", f"{path}: expected a mapping, found {type(config).__name__}"))
-        return {}
-    return config
+    return {}
 
 
 def _identify(folder: Path, config: dict) -> RunId | None:
@@ -65,10 +61,10 @@ def _identify(folder: Path, config: dict) -> RunId | None:
 
 
 def read_metrics_jsonl(path: Path, log: RunLog, problems: list) -> None:
-    """Add every row of a ``metrics.jsonl`` to `log` (`tracking.read_metrics_file`, the one
+    """Add every row of a ``metrics.jsonl`` to `log` (`rundir.read_metrics_file`, the one
     reader of the format); bad lines become problems."""
     bad_lines: list = []
-    for row in read_metrics_file(path, bad_lines):
+    for row in rundir.read_metrics_file(path, bad_lines):
         step = int(row.pop("step"))
         for metric, value in row.items():
             log.add(step, metric, value)
@@ -78,21 +74,21 @@ def read_metrics_jsonl(path: Path, log: RunLog, problems: list) -> None:
 
 def read_run_dir(folder: Path, problems: list) -> list[RunLog]:
     """The logs of one run dir (metrics.jsonl, else its W&B offline file, plus NeMo RL logs)."""
-    config_path = folder / "config.yaml"
+    config_path = rundir.config_path(folder)
     config = _read_config(config_path, problems) if config_path.exists() else {}
     run_id = _identify(folder, config)
     if run_id is None:
         problems.append(("", "no_run_id", f"{folder}: run dir without a gdpo run id in config.yaml or its name; skipped"))
         return []
-    status = "finished" if (folder / "DONE").exists() else "unfinished"
+    status = "finished" if rundir.done_path(folder).exists() else "unfinished"
     logs = []
-    metrics_path = folder / "metrics.jsonl"
+    metrics_path = rundir.metrics_path(folder)
     if metrics_path.exists():
         log = RunLog(run_id=run_id, source="rundir", path=str(folder), status=status, config=config, priority=2)
         read_metrics_jsonl(metrics_path, log, problems)
         logs.append(log)
     else:
-        for wandb_file in find_offline_runs(folder / "wandb"):
+        for wandb_file in find_offline_runs(rundir.wandb_dir(folder)):
             logs += _read_offline(wandb_file, problems, config=config, status=status, folder=folder)
         if not logs:
             logs.append(RunLog(run_id=run_id, source="rundir", path=str(folder), status=status, config=config, priority=2))
@@ -172,7 +168,7 @@ def _train_data_means(path: Path, run_id: RunId, problems: list) -> dict[str, fl
 
 
 def _is_nemo_log_dir(folder: Path) -> bool:
-    return (folder / "tensorboard").is_dir() or any(_TRAIN_DATA.match(p.name) for p in folder.glob("train_data_step*.jsonl"))
+    return (folder / rundir.TENSORBOARD_DIR).is_dir() or any(_TRAIN_DATA.match(p.name) for p in folder.glob("train_data_step*.jsonl"))
 
 
 def load_directory(root: str | Path, problems: list) -> list[RunLog]:
@@ -184,18 +180,18 @@ def load_directory(root: str | Path, problems: list) -> list[RunLog]:
     run_dirs: dict[Path, RunId | None] = {}
     covered_wandb: set[Path] = set()
     for folder in _walk(root):
-        if (folder / "metrics.jsonl").exists() or (folder / "config.yaml").exists():
+        if rundir.is_run_dir(folder):
             found = read_run_dir(folder, problems)
             logs += found
             run_dirs[folder] = found[0].run_id if found else None
-            covered_wandb.update(p.resolve() for p in find_offline_runs(folder / "wandb"))
+            covered_wandb.update(p.resolve() for p in find_offline_runs(rundir.wandb_dir(folder)))
     for folder in _walk(root):
         if _is_nemo_log_dir(folder):
             owner = next((p for p in (folder, *folder.parents) if p in run_dirs), None)
             run_id = run_dirs.get(owner) if owner else None
             if run_id is None:
-                config_dir = next((p for p in (folder, *folder.parents) if (p / "config.yaml").exists()), None)
-                config = _read_config(config_dir / "config.yaml", problems) if config_dir else {}
+                config_dir = next((p for p in (folder, *folder.parents) if rundir.config_path(p).exists()), None)
+                config = _read_config(rundir.config_path(config_dir), problems) if config_dir else {}
                 run_id = _identify(folder, config)
             if run_id is None:
                 problems.append(("", "no_run_id", f"{folder}: NeMo RL log dir without a run id (no config.yaml above it, no run-id folder name); skipped"))

@@ -21,12 +21,12 @@ machine, so that adapter is not exercised there (docs/eval.md).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo import rundir
+
 BACKENDS = ("hf", "vllm")
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 @dataclass
@@ -85,15 +85,13 @@ class ModelRef:
 def resolve_model(model: str) -> ModelRef:
     """Recognise a local-engine checkpoint (its run's config.yaml names the base model)."""
     path = Path(model)
-    match = _STEP_DIR.match(path.name)
-    if match and (path / "model.safetensors").is_file() and path.parent.name == "checkpoints":
+    match = rundir.STEP_DIR.match(path.name)
+    if match and (path / "model.safetensors").is_file() and path.parent.name == rundir.CHECKPOINTS_DIR:
         run_dir = path.parent.parent
-        config_file = run_dir / "config.yaml"
-        if not config_file.is_file():
-            raise ValueError(f"--model {model}: a local-engine checkpoint, but {config_file} (its run's config) is missing")
-        import yaml
-
-        config = yaml.safe_load(config_file.read_text())
+        config = rundir.read_config(run_dir)
+        if config is None:
+            raise ValueError(f"--model {model}: a local-engine checkpoint, but {rundir.config_path(run_dir)}"
+                             " (its run's config) is missing")
         return ModelRef(config["policy"]["model_name"], path, run_dir, int(match.group(1)))
     return ModelRef(model)
 

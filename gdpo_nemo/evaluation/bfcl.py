@@ -28,6 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.evaluation import bfcl_format, metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,8 +217,8 @@ def run_bfcl(backend, *, categories=None, ids=None, out_dir: Path, run_id: str |
     ids = check_ids(ids) if ids else None
     categories = check_categories(None if ids else categories)
     python = bfcl_python()
-    project = Path(out_dir) / "eval" / "bfcl" / f"step_{step}"
-    target = Path(out_dir) / "eval" / "bfcl" / f"step_{step}.json"
+    target = rundir.eval_file(out_dir, "bfcl", step)
+    project = target.with_suffix("")  # eval/bfcl/step_<N>/: bfcl-eval's own project folder
     # a fresh evaluation of this step: no stale category scores or summary survive it
     shutil.rmtree(project, ignore_errors=True)
     target.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.evaluation import datasets, metrics
 from gdpo_nemo.tasks.base import chat
 from gdpo_nemo.tasks.prompts import CODE_SYSTEM_PROMPT, math_user_prompt
@@ -45,9 +46,9 @@ def benchmark_file(data_dir: Path, name: str) -> Path:
 
 
 def _write(out_dir: Path, bench_name: str, step: int, payload: dict, responses: list) -> Path:
-    folder = out_dir / "eval" / bench_name
+    target = rundir.eval_file(out_dir, bench_name, step)
+    folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"step_{step}.json"
     with open(folder / f"step_{step}.responses.jsonl", "w") as handle:
         for row in responses:
             handle.write(json.dumps(row) + "\n")

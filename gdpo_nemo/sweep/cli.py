@@ -22,6 +22,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.run_id import RunId
 from gdpo_nemo.sweep import manifest as mf
 from gdpo_nemo.sweep import slurm
@@ -90,8 +91,8 @@ def _profile(args: argparse.Namespace) -> ClusterProfile:
 
 def _latest_checkpoint(run_dir: Path) -> str | None:
     """Name of the run's newest checkpoints/step_<N>, None if it has none."""
-    steps = [p for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
-    return max(steps, key=lambda p: int(p.name[5:])).name if steps else None
+    steps = rundir.checkpoint_steps(rundir.checkpoints_dir(run_dir))
+    return steps[-1][1].name if steps else None
 
 
 def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, submit: bool) -> int:

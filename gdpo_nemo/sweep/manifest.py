@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from gdpo_nemo import rundir
 from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.slurm import TERMINAL_STATES
 
@@ -94,7 +95,7 @@ class RunRecord:
     @property
     def done(self) -> bool:
         """The engine wrote DONE: every step of the run ran."""
-        return (Path(self.run_dir) / "DONE").is_file()
+        return rundir.is_done(self.run_dir)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.run_id import RunId
 from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.profiles import ClusterProfile
@@ -108,7 +109,7 @@ def place_run(config: dict, run_id: RunId, run_dir: Path) -> None:
     wandb = config["logger"].setdefault("wandb", {})
     # NeMo RL passes logger.wandb to wandb.init as keyword arguments, group included
     wandb["name"], wandb["group"] = run_id.name, run_id.group
-    config["checkpointing"]["checkpoint_dir"] = str(run_dir / "checkpoints")
+    config["checkpointing"]["checkpoint_dir"] = str(rundir.checkpoints_dir(run_dir))
 
 
 def plan_sweep(

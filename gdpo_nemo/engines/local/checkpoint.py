@@ -15,31 +15,24 @@ leaves no half checkpoint that `latest_checkpoint` could pick up.
 from __future__ import annotations
 
 import random
-import re
 import shutil
 from pathlib import Path
 
 import torch
 
-CHECKPOINTS = "checkpoints"
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+from gdpo_nemo import rundir
+
+CHECKPOINTS = rundir.CHECKPOINTS_DIR
 
 
 def checkpoint_root(run_dir) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+    return rundir.checkpoints_dir(run_dir)
 
 
 def list_checkpoints(run_dir) -> list[tuple[int, Path]]:
     """Complete checkpoints of a run as (step, path), oldest first."""
-    root = checkpoint_root(run_dir)
-    if not root.is_dir():
-        return []
-    found = []
-    for path in root.iterdir():
-        match = _STEP_DIR.match(path.name)
-        if match and (path / "state.pt").is_file() and (path / "model.safetensors").is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    return [(step, path) for step, path in rundir.checkpoint_steps(checkpoint_root(run_dir))
+            if (path / "state.pt").is_file() and (path / "model.safetensors").is_file()]
 
 
 def latest_checkpoint(run_dir) -> tuple[int, Path] | None:

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo import rundir
+
 # Toy sizes of --smoke: every run of the experiment on the tiny model, CPU, fp32, seconds each.
 SMOKE_OVERRIDES = (
     "policy.model_name=builtin:tiny",
@@ -56,7 +58,6 @@ SMOKE_OVERRIDES = (
     "++gdpo.local.warm_start.steps=1",
     "++gdpo.local.warm_start.batch_size=2",
 )
-DONE_FILE = "DONE"
 MODULE = "gdpo_nemo.engines.local.parallel"  # this file as `python -m` names it (not __main__)
 
 
@@ -71,7 +72,7 @@ class LocalRun:
 
     @property
     def finished(self) -> bool:
-        return (self.run_dir / DONE_FILE).is_file()
+        return rundir.is_done(self.run_dir)
 
 
 def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool = False,
@@ -112,7 +113,7 @@ def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool 
             raise ValueError(f"run {spec.run_id.name}: {err}") from None
         planned.append((run, config_compose.dump(config)))
     for run, text in planned:  # written only once every run checked out
-        if not ((run.run_dir / "config.yaml").is_file() and run.config_path.is_file()):
+        if not (rundir.config_path(run.run_dir).is_file() and run.config_path.is_file()):
             run.config_path.parent.mkdir(parents=True, exist_ok=True)  # a started run keeps its config (resume)
             run.config_path.write_text(text)
     return [run for run, _ in planned]

@@ -24,13 +24,12 @@ import runpy
 import sys
 from pathlib import Path
 
+from gdpo_nemo import rundir
 from gdpo_nemo.config_compose import ConfigError, dump, load_config_file
 
 __all__ = ["find_run_grpo", "main", "prepare_run_dir"]
 
 RUN_GRPO_ENV = "GDPO_NEMO_RUN_GRPO"
-DONE_FILE = "DONE"
-CONFIG_FILE = "config.yaml"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,9 +77,8 @@ def find_run_grpo(explicit: str | None = None) -> Path:
 def prepare_run_dir(config: dict) -> Path:
     """Create the run dir (logger.log_dir), write config.yaml there, drop a stale DONE."""
     run_dir = Path(config["logger"]["log_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(dump(config))
-    (run_dir / DONE_FILE).unlink(missing_ok=True)
+    rundir.write_config(run_dir, config)
+    rundir.clear_done(run_dir)
     return run_dir
 
 
@@ -92,14 +90,14 @@ def _launch(config: dict, script: Path) -> None:
     writer = StepMetricsWriter(run_dir, resume_step=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]))
     state = plugin.register(config, writer=writer)
     saved_argv = sys.argv
-    sys.argv = [str(script), "--config", str(run_dir / CONFIG_FILE)]
+    sys.argv = [str(script), "--config", str(rundir.config_path(run_dir))]
     try:
         runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.argv = saved_argv
         writer.close()
     if not state.timed_out:
-        (run_dir / DONE_FILE).write_text("done\n")
+        rundir.mark_done(run_dir, "done\n")
 
 
 def main(argv: list[str] | None = None) -> int:
