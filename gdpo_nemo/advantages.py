@@ -544,7 +544,9 @@ def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) 
     if size < 2 or batch_size % size:
         return None
     blocks = ids.view(-1, size)
-    if not bool((blocks == blocks[:, :1]).all()):
+    # torch.equal against the broadcast first column reads the ids once and allocates
+    # nothing, where `(blocks == first).all()` writes and rescans a [B] bool mask.
+    if not torch.equal(blocks, blocks[:, :1].expand_as(blocks)):
         return None
     first = blocks[:, 0]
     if first.shape[0] > 1 and not bool((first[1:] > first[:-1]).all()):
@@ -554,7 +556,6 @@ def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) 
 
 
 _DENSE_PREFIX = 1 << 12  # groups larger than this take the general path
-_DENSE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
 
 
 # The dense path computes a group's variance as E[x^2] - E[x]^2 (one product-sum per group,
@@ -563,39 +564,58 @@ _DENSE_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
 _DENSE_MEAN_TO_STD = 1e3
 
 
-def _group_statistics(values: Tensor, options: AdvantageOptions) -> tuple[Tensor, Tensor, Tensor] | None:
-    """Per group of `values` [N, G]: (mean [N, 1], std [N, 1], constant [N, 1] bool) from the
-    group sums of x and x^2 (two reductions, no copy of `values`), plus a min/max over the
-    few groups that may be constant up to float residue. None when a value is not finite or
-    a group's |mean| / std is too large for E[x^2] - E[x]^2 (the general path takes over).
+def _group_statistics(
+    grouped: list[Tensor], options: AdvantageOptions, scratch: Tensor
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Per group of each of the K tensors `grouped` [N, G]: (mean, std, constant), each
+    [K, N] (constant: bool), from the group sums of x and x^2, plus a min/max over the few
+    groups that may be constant up to float residue. None when a value is not finite or a
+    group's |mean| / std is too large for E[x^2] - E[x]^2 (the general path takes over).
+    `scratch` [N, G] float64 receives each x^2 in turn (its content is left undefined).
 
+    The K tensors' statistics share one [2, K, N] buffer, so everything after the
+    reductions is a handful of ops over all components at once rather than per component.
     A group is constant when max - min <= RELATIVE_TOLERANCE * max(|max|, |min|); such a
     group has a true std <= 2 * RELATIVE_TOLERANCE * |mean|, so only groups below about that
     need their min and max."""
-    size = values.shape[1]
-    total = values.sum(dim=1, keepdim=True)
-    mean = total / size
-    squares = torch.bmm(values.unsqueeze(1), values.unsqueeze(2)).view(-1, 1)
-    if not bool(torch.isfinite(squares).all() & torch.isfinite(total).all()):
+    num_groups, size = grouped[0].shape
+    sums = grouped[0].new_empty((2, len(grouped), num_groups))
+    total, squares = sums
+    for k, values in enumerate(grouped):
+        torch.sum(values, dim=1, out=total[k])
+        # x^2 then the same row sum: vectorized, where a bmm of [N, 1, G] x [N, G, 1] takes
+        # torch's scalar loop for tiny matrices (1.7x the time).
+        torch.sum(torch.mul(values, values, out=scratch), dim=1, out=squares[k])
+    # Any inf or NaN makes the sum non-finite; the mask is only needed when the finite
+    # sums overflow (rewards beyond ~1e150), to tell that apart.
+    if not math.isfinite(float(sums.sum())) and not bool(torch.isfinite(sums).all()):
         return None
-    std = ((squares - total * mean).clamp(min=0) / (size - options.std_ddof)).sqrt()
+    mean = total / size
+    std = (squares - total * mean).clamp_(min=0).div_(size - options.std_ddof).sqrt_()
     constant = std == 0
-    maybe = ((std > 0) & (std <= 4 * RELATIVE_TOLERANCE * mean.abs())).squeeze(1)
-    if bool(maybe.any()):
-        rows = maybe.nonzero().squeeze(1)
-        lo, hi = torch.aminmax(values[rows], dim=1, keepdim=True)
-        constant[rows] = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
-    if not bool(((mean.abs() <= _DENSE_MEAN_TO_STD * std) | constant).all()):
+    magnitude = mean.abs()
+    if bool(((magnitude <= _DENSE_MEAN_TO_STD * std) | constant).all()):
+        # Every group that may be constant up to residue (0 < std <= 4e-6 |mean|) fails
+        # this test, so none exists: no min / max needed.
+        return mean, std, constant
+    maybe = (std > 0) & (std <= 4 * RELATIVE_TOLERANCE * magnitude)
+    for k, values in enumerate(grouped):
+        rows = maybe[k].nonzero().squeeze(1)
+        if rows.numel():
+            lo, hi = torch.aminmax(values[rows], dim=1)
+            constant[k, rows] = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
+    if not bool(((magnitude <= _DENSE_MEAN_TO_STD * std) | constant).all()):
         return None
     return mean, std, constant
 
 
 def _dense_advantages(
-    columns: list[Tensor], size: int, estimator: str, weights: Tensor, options: AdvantageOptions
+    columns: list[Tensor], size: int, form: DenseForm, multi_component: bool, weights: Tensor,
+    options: AdvantageOptions,
 ) -> Tensor | None:
     """The estimators for rewards in consecutive groups of one size, without leave-one-out,
-    batch scaling or a token mask, in a few passes over memory, no gathers and no large
-    temporaries besides the sum and the output.
+    batch scaling or a token mask, in few passes over memory: no gathers, and no temporary
+    of the batch's size besides one float64 sum (reused for the batch norm) and the output.
 
     Each centred, scaled component is f_k (x_k - m_k) with one factor f_k per group (w_k /
     (std + eps); 0 for a constant group): the sum is sum_k f_k x_k minus the per-group
@@ -603,38 +623,41 @@ def _dense_advantages(
     the cancellation scale uses the bound max |x - mean| <= std * sqrt(G - 1).
     Returns float32 [B], or None where the general path must decide (NaN or infinite
     rewards, extreme mean / std ratios)."""
-    weight_list = [float(w) for w in weights.tolist()]
-    if estimator in ("grpo", "grpo_no_std"):
+    if multi_component:
+        parts, part_weights = columns, weights
+        divide = form.divide_by_group_std and options.scale_rewards == "group"
+    else:
+        weight_list = [float(w) for w in weights.tolist()]
         reward_sum = columns[0] * weight_list[0]
         for column, weight in zip(columns[1:], weight_list[1:]):
             reward_sum.add_(column, alpha=weight)
-        parts = [(reward_sum, 1.0)]
-        divide = estimator == "grpo" and options.scale_rewards == "group"
-    else:
-        parts = list(zip(columns, weight_list))
-        divide = options.scale_rewards == "group"
-    total = None
-    shift = None
+        parts, part_weights = [reward_sum], weights.new_ones(1)
+        divide = form.divide_by_group_std and options.scale_rewards == "group"
+    grouped = [part.view(-1, size) if part.is_contiguous() else part.reshape(-1, size) for part in parts]
+    # One [N, G] float64 buffer for all big temporaries: the x^2 of each component, then
+    # the weighted sum.
+    scratch = torch.empty_like(grouped[0], memory_format=torch.contiguous_format)
+    stats = _group_statistics(grouped, options, scratch)
+    if stats is None:
+        return None
+    mean, std, constant = stats
+    weight = part_weights.unsqueeze(1)  # [K, 1]
+    factor = weight.expand_as(std).clone()
+    if divide:  # where std is 0 (constant groups) the value stays undivided: it is 0 anyway
+        factor = torch.where(std > 0, torch.reciprocal(std + options.eps) * weight, factor)
+    factor = torch.where(constant, torch.zeros_like(factor), factor)  # exactly 0, residue or not
+    # Added component by component, in this order, as the bound was defined.
     scale = 0.0
-    for column, weight in parts:
-        values = column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size)
-        stats = _group_statistics(values, options)
-        if stats is None:
-            return None
-        mean, std, constant = stats
-        factor = torch.full_like(std, weight)
-        if divide:  # where std is 0 (constant groups) the value stays undivided: it is 0 anyway
-            factor = torch.where(std > 0, weight / (std + options.eps), factor)
-        factor = torch.where(constant, torch.zeros_like(factor), factor)  # exactly 0, residue or not
-        scale += float((factor.abs() * std).max()) * math.sqrt(size - 1)
-        if total is None:
-            total, shift = values * factor, factor * mean
-        else:
-            total.addcmul_(values, factor)
-            shift.addcmul_(factor, mean)
-    centred = total.sub_(shift).view(-1)  # sum_k f_k (x_k - m_k)
+    for largest in (factor.abs() * std).amax(dim=1).tolist():
+        scale += largest * math.sqrt(size - 1)
+    total = torch.mul(grouped[0], factor[0].unsqueeze(1), out=scratch)
+    shift = factor[0] * mean[0]
+    for k in range(1, len(grouped)):
+        total.addcmul_(grouped[k], factor[k].unsqueeze(1))
+        shift.addcmul_(factor[k], mean[k])
+    centred = total.sub_(shift.unsqueeze(1)).view(-1)  # sum_k f_k (x_k - m_k), float64
     out = torch.empty(centred.shape, dtype=torch.float32, device=centred.device)
-    if estimator != "gdpo":
+    if not form.batch_norm:
         return out.copy_(centred)
     batch_size = centred.shape[0]
     dof = batch_size - options.std_ddof
@@ -643,7 +666,9 @@ def _dense_advantages(
     std = float((squares.clamp(min=0) / dof).sqrt()) if dof > 0 else 0.0
     if std <= 0 or std <= RELATIVE_TOLERANCE * scale:
         return out.zero_()
-    torch.sub(centred, batch_mean, out=out)
+    # Centre in float64 in place, then round once to float32 and scale there: a float64 ->
+    # float32 `sub(..., out=)` takes torch's slow casting loop (3x the time of the two).
+    out.copy_(centred.sub_(batch_mean))
     return out.mul_(1.0 / (std + options.batch_norm_eps))
 
 
@@ -803,11 +828,12 @@ def compute_advantages(
                 f"token_mask has shape {tuple(token_mask.shape)}; expected Tensor[B, T] with B = {batch_size}"
             )
     weights = _weight_vector(names, reward_weights, device)
-    dense = estimator in _DENSE_ESTIMATORS and token_mask is None
+    info = ESTIMATORS[estimator]
+    dense = info.dense is not None and token_mask is None
     dense = dense and not (options.strict or options.leave_one_out or options.scale_rewards == "batch")
     size = _dense_group_size(group_ids, batch_size, device) if dense else None
     if size is not None:  # the common layout, in few passes (None: a reward is NaN or infinite)
-        advantages = _dense_advantages(columns, size, estimator, weights, options)
+        advantages = _dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
         if advantages is not None:
             return _checked(advantages, estimator)
     matrix = torch.stack(columns, dim=1)
@@ -834,6 +860,8 @@ def compute_advantages(
 def _checked(advantages: Tensor, estimator: str) -> Tensor:
     """float32 advantages; a non-finite one is a bug, never a property of the input."""
     out = advantages.to(torch.float32)
-    if not bool(torch.isfinite(out).all()):
+    # A sum is non-finite when any term is (inf, -inf and NaN all propagate), and costs a
+    # tenth of isfinite's mask; only an overflowing sum of finite values needs the mask.
+    if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):
         raise RuntimeError(f"estimator {estimator!r} produced a non-finite advantage")
     return out
