@@ -38,6 +38,9 @@ __all__ = ["STRICT_PRESETS", "strict_advantages"]
 
 StrictFn = Callable[[str, Tensor, Tensor, Tensor, AdvantageOptions, "Tensor | None", list], Tensor]
 STRICT_PRESETS: dict[str, StrictFn] = {}
+# The estimators the peers compute (NeMo RL, TRL and verl name them differently; each preset
+# below says which it has). Estimators registered later have no peer to reproduce.
+STRICT_ESTIMATORS = ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
 
 
 def _register(name: str) -> Callable[[StrictFn], StrictFn]:
@@ -257,4 +260,9 @@ def strict_advantages(
     """Advantages [B] float32 as `preset`'s peer computes them (module docstring)."""
     if preset not in STRICT_PRESETS:
         raise ValueError(f"strict=True: no strict reproduction of preset {preset!r}; expected one of {sorted(STRICT_PRESETS)}")
+    if estimator not in STRICT_ESTIMATORS:
+        # A registered estimator of our own has no peer arithmetic to reproduce.
+        raise ValueError(
+            f"strict=True: no peer computes estimator {estimator!r}; strict reproduces {list(STRICT_ESTIMATORS)}"
+        )
     return STRICT_PRESETS[preset](estimator, matrix, group_ids, weights, options, token_mask, names)

@@ -18,8 +18,8 @@ canonical key, chosen by the ``collapse_key`` an estimator declares in the regis
   vector d = G s - S is the key.
 - ``"normalized_sum"`` (grpo): A = d / std(d) depends only on the direction of d; the
   gcd-reduced integer vector is the key (0 for a constant group).
-- ``"normalized_components"`` (gdpo, gdpo_no_bn): A_i = sqrt(G-1) * sum_k d_ki / ||d_k||. Write ||d_k||^2 = c_k m_k^2 with c_k
-  square-free; then A_i / sqrt(G-1) = sum_c (1/sqrt(c)) * sum_{k: c_k=c} d_ki / m_k. Square
+- ``"normalized_components"`` (gdpo, gdpo_no_bn): A_i = sqrt(G-1) * sum_k d_ki / ||d_k||.
+  Write ||d_k||^2 = c_k m_k^2 with c_k square-free; then A_i / sqrt(G-1) = sum_c (1/sqrt(c)) * sum_{k: c_k=c} d_ki / m_k. Square
   roots of distinct square-free integers are linearly independent over the rationals, so
   the map c -> rational coefficient is a unique representation; it is the key. A binary
   column with s ones has ||d||^2 = G s (G - s), so every m_k divides L(G) = lcm over s of
@@ -145,7 +145,9 @@ def _key_of(estimator: str):
     if not isinstance(estimator, str) or estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; expected one of {countable}")
     if estimator not in countable:
-        raise ValueError(f"estimator {estimator!r} declares no collapse_key, so it cannot be counted; countable: {countable}")
+        raise ValueError(
+            f"estimator {estimator!r} declares no collapse_key, so it cannot be counted; countable: {countable}"
+        )
     key = estimator_info(estimator).collapse_key
     return KEYS_BY_KIND[key] if isinstance(key, str) else key
 

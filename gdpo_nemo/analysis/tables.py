@@ -65,7 +65,7 @@ class TableSpec:
     decimals: int = 1
 
 
-def _runs_of(estimator: str, suffix: str = "", key: str | None = None, **where) -> Method:
+def runs_of(estimator: str, suffix: str = "", key: str | None = None, **where) -> Method:
     """The method "runs of `estimator`" (and `where`), keyed `key` (default: the estimator's
     name) and labelled with the registry's label plus `suffix` ("GDPO 2-obj"); a ValueError
     for an estimator that is not registered."""
@@ -86,25 +86,25 @@ _MATH_COLUMNS = (Column("acc", "Acc", "eval/{benchmark}/acc"), Column("exceed", 
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("table1", "Table 1: tool calling on BFCL-v3", "toolcall",
-              (BASE, _runs_of("grpo"), _runs_of("grpo_no_std"), _runs_of("gdpo")), _BFCL_COLUMNS, decimals=2),
+              (BASE, runs_of("grpo"), runs_of("grpo_no_std"), runs_of("gdpo")), _BFCL_COLUMNS, decimals=2),
     TableSpec("table2", "Table 2: tool calling, estimator ablations", "toolcall",
-              (_runs_of("grpo"), _runs_of("grpo_no_std"), _runs_of("gdpo_no_bn"), _runs_of("gdpo")),
+              (runs_of("grpo"), runs_of("grpo_no_std"), runs_of("gdpo_no_bn"), runs_of("gdpo")),
               _BFCL_COLUMNS, decimals=2),
     TableSpec("table3", "Table 3: math with a length reward (Acc / Exceed, %)", "math",
-              (BASE, _runs_of("grpo"), _runs_of("gdpo")),
+              (BASE, runs_of("grpo"), runs_of("gdpo")),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("conditioned_length", False), ("length_weight", 1.0))),
     TableSpec("table4", "Table 4: length vs conditioned length reward (Acc / Exceed, %)", "math",
-              (BASE, *(_runs_of(e, f" ({label})", f"{e}_{key}", conditioned_length=conditioned)
+              (BASE, *(runs_of(e, f" ({label})", f"{e}_{key}", conditioned_length=conditioned)
                        for key, label, conditioned in (("length", "R_length", False), ("conditioned", "conditioned", True))
                        for e in ("grpo", "gdpo"))),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("length_weight", 1.0),)),
     TableSpec("table5", "Table 5: coding (pass / exceed / bug, %)", "code",
-              (BASE, *(_runs_of(e, f" {n}-obj", f"{e}_{n}obj", num_rewards=n) for n in (2, 3) for e in ("grpo", "gdpo"))),
+              (BASE, *(runs_of(e, f" {n}-obj", f"{e}_{n}obj", num_rewards=n) for n in (2, 3) for e in ("grpo", "gdpo"))),
               (Column("pass", "Pass", "eval/{benchmark}/pass"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"),
                Column("bug", "Bug", "eval/{benchmark}/bug")),
               (("apps", "Apps"), ("codecontests", "CodeContests"), ("codeforces", "Codeforces"), ("taco", "Taco")), "columns"),
     TableSpec("weight_ablation", "Weight ablation: length weight (Acc / Exceed, %)", "math",
-              tuple(_runs_of(e, f" w_length={w}", f"{e}_w{w}", length_weight=w)
+              tuple(runs_of(e, f" w_length={w}", f"{e}_w{w}", length_weight=w)
                     for e in ("grpo", "gdpo") for w in (1.0, 0.75, 0.5, 0.25)),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "rows", (("conditioned_length", False),)),
 )
