@@ -25,11 +25,13 @@ import contextlib
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from gdpo_nemo import rundir
 from gdpo_nemo.engines.local import checkpoint as ckpt
 from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.config import dump_config
@@ -37,8 +39,6 @@ from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, sha
 from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
 from gdpo_nemo.run_id import RunId
 
-DONE_FILE = "DONE"
-CONFIG_FILE = "config.yaml"
 # Keys that may change between a run and its resume (they do not touch the trajectory).
 RESUMABLE_CHANGES = ("grpo.max_num_steps", "logger.", "gdpo.local.progress", "checkpointing.keep_top_k")
 
@@ -313,6 +313,337 @@ def load_initial_policy(config: dict, log=print):
     return model, tokenizer
 
 
+# ---- setup ----------------------------------------------------------------------------
+
+
+@dataclass
+class TrainState:
+    """What one run carries from step to step. Built once by `setup`; the model, optimizer,
+    scheduler, sampling generator and data order change as the steps run."""
+
+    config: dict
+    run_dir: Path
+    log: Callable[[str], None]
+    device: torch.device
+    model: torch.nn.Module
+    tokenizer: object
+    reference: torch.nn.Module | None  # frozen starting policy for the KL term; None when beta = 0
+    loss_config: LossConfig
+    train_set: PromptSet
+    val_set: PromptSet | None
+    reward_set: object
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    generator: torch.Generator  # the training rollouts' sampling randomness
+    order: DataOrder
+    total_steps: int
+    start_step: int = 0
+    tracker: object = None
+    pad_id: int = 0
+    stop_ids: list = field(default_factory=list)
+
+    @property
+    def group_size(self) -> int:
+        """G: completions sampled per prompt (`grpo.num_generations_per_prompt`)."""
+        return self.config["grpo"]["num_generations_per_prompt"]
+
+    def autocast(self):
+        """The forward passes' precision context; logprob and loss math stay fp32."""
+        return dev.autocast(self.device, self.config["gdpo"]["local"]["autocast"])
+
+
+def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print) -> tuple[int, Path] | None:
+    """Create the run dir, write its config.yaml and clear a stale DONE. With `resume`,
+    returns the newest checkpoint `(step, path)` (None: start from step 0) after refusing a
+    config that differs from the saved one in keys that change the trajectory."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    latest = ckpt.latest_checkpoint(run_dir) if resume else None
+    config_path = rundir.config_path(run_dir)
+    if latest is not None and config_path.exists():
+        saved = rundir.read_config_file(config_path)
+        changed = [k for k in _config_differences(_with_current_defaults(saved), config)
+                   if not k.startswith(RESUMABLE_CHANGES)]
+        if changed:
+            raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
+                             " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
+    if resume and latest is None:
+        log(f"--resume: no checkpoint in {rundir.checkpoints_dir(run_dir)}; starting from step 0")
+    dump_config(config, config_path)
+    rundir.clear_done(run_dir)
+    return latest
+
+
+def _seed_and_pick_device(config: dict) -> torch.device:
+    """Seed Python's and torch's global RNGs with `grpo.seed`, set the thread count, and
+    return `gdpo.local.device` (made deterministic when `gdpo.local.deterministic`)."""
+    local = config["gdpo"]["local"]
+    random.seed(config["grpo"]["seed"])
+    torch.manual_seed(config["grpo"]["seed"])
+    if local["num_threads"]:
+        torch.set_num_threads(local["num_threads"])
+    device = dev.resolve_device(local["device"])
+    if local["deterministic"]:
+        dev.make_deterministic(device)
+    return device
+
+
+def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=print) -> TrainState:
+    """Seeds, policy (and its frozen reference), prompts and rewards, optimizer, scheduler,
+    sampling generator and data order; restored from checkpoint `latest` when given; then
+    the metrics tracker. The order of these calls fixes the run's random streams."""
+    grpo, policy, local = config["grpo"], config["policy"], config["gdpo"]["local"]
+    seed = grpo["seed"]
+    device = _seed_and_pick_device(config)
+    model, tokenizer = load_initial_policy(config, log=log)
+    model.to(device=device, dtype=dev.weight_dtype(local["dtype"]))
+    loss_config = LossConfig.from_config(config["loss_fn"])
+    reference = None
+    if loss_config.reference_policy_kl_penalty > 0:
+        import copy
+
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    train_set, val_set, reward_set = load_prompt_sets(config, tokenizer, log=log)
+    optimizer = build_optimizer(model, policy)
+    order = DataOrder(len(train_set), grpo["num_prompts_per_step"], config["data"]["shuffle"], seed)
+    state = TrainState(
+        config=config, run_dir=run_dir, log=log, device=device, model=model, tokenizer=tokenizer,
+        reference=reference, loss_config=loss_config, train_set=train_set, val_set=val_set,
+        reward_set=reward_set, optimizer=optimizer, scheduler=build_scheduler(optimizer, policy["scheduler"]),
+        generator=dev.sampling_generator(device, seed), order=order,
+        total_steps=min(grpo["max_num_steps"], grpo["max_num_epochs"] * order.steps_per_epoch),
+        pad_id=tokenizer.pad_token_id,
+        # -1 is no token: with ignore_eos only explicit stop_token_ids end a completion.
+        stop_ids=[-1 if local["ignore_eos"] else tokenizer.eos_token_id]
+        + list(policy["generation"]["stop_token_ids"] or []),
+    )
+    restored_metrics = _restore(state, latest) if latest is not None else None
+    state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None)
+    if restored_metrics is not None and not any(r.get("step") == state.start_step
+                                                for r in rundir.read_metrics(run_dir)):
+        state.tracker.log(restored_metrics, step=state.start_step)  # killed after the checkpoint, before the log
+    return state
+
+
+def _restore(state: TrainState, latest: tuple[int, Path]) -> dict | None:
+    """Load checkpoint `latest` into the state (weights, optimizer, scheduler, generator,
+    data position, start step); returns the metrics record saved with it."""
+    restored = ckpt.load_checkpoint(latest[1], model=state.model, optimizer=state.optimizer,
+                                    scheduler=state.scheduler, generator=state.generator)
+    state.start_step = restored["step"]
+    state.order.position = restored["data_position"]
+    state.log(f"resumed from {latest[1]} (step {state.start_step})")
+    return restored["metrics"]
+
+
+def _open_tracker(config: dict, run_dir: Path, resume_step: int | None):
+    """The run's metrics sink (metrics.jsonl, plus W&B when `logger.wandb_enabled`), named
+    by the run id unless `logger.wandb.name` / `group` say otherwise."""
+    from gdpo_nemo.tracking import Tracker
+
+    logger_cfg = config["logger"]
+    run_id = RunId.from_config(config)
+    return Tracker(
+        run_dir,
+        config=config,
+        name=logger_cfg["wandb"]["name"] or run_id.name,
+        group=logger_cfg["wandb"]["group"] or run_id.group,
+        project=logger_cfg["wandb"]["project"],
+        entity=logger_cfg["wandb"]["entity"],
+        wandb_enabled=logger_cfg["wandb_enabled"],
+        resume_step=resume_step,
+    )
+
+
+# ---- the step: sample, score, advantages, update -------------------------------------------
+
+
+def sample(state: TrainState, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
+           temperature: float, top_k, top_p, sampler: torch.Generator) -> Rollouts:
+    """`group_size` completions of each of the [B, P] left-padded prompts with the current
+    policy, drawn from `sampler`: Rollouts of B * group_size rows, prompt-major."""
+    policy, generation = state.config["policy"], state.config["policy"]["generation"]
+    budget = policy["max_total_sequence_length"] - prompt_ids.shape[1]
+    if budget < 1:
+        raise ValueError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
+                         f" for a completion after a {prompt_ids.shape[1]}-token prompt")
+    with state.autocast():
+        return sample_completions(
+            state.model, prompt_ids.to(state.device), prompt_mask.to(state.device), group_size=group_size,
+            max_new_tokens=min(generation["max_new_tokens"], budget), temperature=temperature, top_k=top_k,
+            top_p=top_p, stop_token_ids=state.stop_ids, pad_token_id=state.pad_id, generator=sampler,
+            batch_size=policy["generation_batch_size"],
+        )
+
+
+def train_step(state: TrainState) -> dict:
+    """One GRPO / GDPO step on the next `grpo.num_prompts_per_step` prompts; returns the
+    step's metrics (`step_metrics`)."""
+    temperature = state.config["policy"]["generation"]["temperature"]
+    group_size = state.group_size
+    seconds = {}
+    indices = state.order.next_batch()
+    examples = [state.train_set.examples[i] for i in indices]
+    prompt_ids, prompt_mask = left_pad([state.train_set.ids[i] for i in indices], state.pad_id)
+
+    # 1. sample G completions per prompt with the current policy (= pi_old)
+    state.model.eval()
+    with _timer(seconds, "generation", state.device):
+        rollouts = sample(state, prompt_ids, prompt_mask, group_size, temperature, None, None, state.generator)
+    group_ids = torch.arange(len(indices), device=state.device).repeat_interleave(group_size)
+
+    # 2. score every reward component r_k of every completion
+    with _timer(seconds, "reward_calculation"):
+        group_examples = [e for e in examples for _ in range(group_size)]
+        rewards, _ = score(state.reward_set, state.tokenizer, rollouts, group_examples, log=state.log)
+
+    # 3. advantages from the registry: GRPO sums then normalizes, GDPO normalizes each r_k
+    advantages = advantages_for(rewards, group_ids, state.config["gdpo"], rollouts.completion_mask)
+
+    # 4-6. ratio, clip, step: one optimizer step per global batch, micro-batches accumulate
+    reference_logprobs = _reference_logprobs(state, rollouts)
+    with _timer(seconds, "policy_training", state.device):
+        state.model.train()
+        update = update_policy(state.model, state.optimizer, rollouts, advantages, reference_logprobs,
+                               state.loss_config, state.config["policy"], temperature, state.device, state.autocast)
+        if state.scheduler is not None:
+            state.scheduler.step()
+        state.model.eval()
+    return step_metrics(state, rollouts, rewards, group_ids, advantages, update, seconds)
+
+
+def _reference_logprobs(state: TrainState, rollouts: Rollouts) -> torch.Tensor | None:
+    """[N, C] logprobs of the completions under the frozen reference policy, for the KL
+    term; None when `loss_fn.reference_policy_kl_penalty` is 0."""
+    if state.reference is None:
+        return None
+    temperature = state.config["policy"]["generation"]["temperature"]
+    rows = range(rollouts.completion_ids.shape[0])
+    with torch.no_grad(), state.autocast():
+        return torch.cat([_logprobs_of_rows(state.reference, rollouts, chunk, temperature, state.device)
+                          for chunk in _chunks(rows, state.config["policy"]["logprob_batch_size"])])
+
+
+def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids: torch.Tensor,
+                 advantages: torch.Tensor, update: dict, seconds: dict) -> dict:
+    """The step's metrics under NeMo RL's names plus ours (docs/interfaces.md): rewards,
+    the update's loss / grad norm / ratios, LR, token-level advantage range, rollout lengths,
+    advantage diagnostics, timings (s) and throughput (tokens/s), peak device memory."""
+    from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+
+    completion_mask = rollouts.completion_mask
+    generated_tokens = int(completion_mask.sum())
+    token_advantages = advantages[:, None].expand_as(completion_mask)[completion_mask.bool()]
+    has_tokens = token_advantages.numel() > 0
+    return {
+        **reward_metrics(rewards, "train"),
+        **{f"train/{key}": update[key] for key in UPDATE_METRICS},
+        "train/lr": state.optimizer.param_groups[0]["lr"],
+        "train/advantages/mean": float(token_advantages.mean()) if has_tokens else 0.0,
+        "train/advantages/max": float(token_advantages.max()) if has_tokens else 0.0,
+        "train/advantages/min": float(token_advantages.min()) if has_tokens else 0.0,
+        "train/mean_gen_tokens_per_sample": float(rollouts.lengths.float().mean()),
+        "train/truncation_rate": float(rollouts.truncated.float().mean()),
+        "train/global_valid_toks": generated_tokens,
+        "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
+        **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids).items()},
+        **{f"timing/train/{key}": value for key, value in seconds.items()},
+        # throughput: wall-clock dependent like every timing/* key (NeMo RL's
+        # performance/generation_tokens_per_sec on one device)
+        "timing/train/generation_tokens_per_sec": generated_tokens / max(seconds["generation"], 1e-9),
+        "timing/train/policy_training_tokens_per_sec": generated_tokens / max(seconds["policy_training"], 1e-9),
+        **dev.peak_memory_metrics(state.device),
+    }
+
+
+# The keys of `update_policy`'s result, logged as train/<key> in this order.
+UPDATE_METRICS = ("loss", "grad_norm", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "clip_fraction")
+
+
+@contextlib.contextmanager
+def _timer(seconds: dict, key: str, device: torch.device | None = None):
+    """Store the wall seconds of the block in `seconds[key]`; with `device`, after waiting
+    for its queued work (CUDA runs asynchronously: the clock would stop too early)."""
+    start = time.perf_counter()
+    yield
+    if device is not None:
+        dev.synchronize(device)
+    seconds[key] = time.perf_counter() - start
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+
+def validation_due(state: TrainState, step: int) -> bool:
+    """Whether step `step` ends with a validation: every `grpo.val_period` steps from
+    `grpo.val_start_at`, and at the last step when `grpo.val_at_end`."""
+    grpo = state.config["grpo"]
+    return state.val_set is not None and (
+        (grpo["val_period"] > 0 and step >= grpo["val_start_at"] and step % grpo["val_period"] == 0)
+        or (grpo["val_at_end"] and step == state.total_steps)
+    )
+
+
+def validate(state: TrainState, step: int) -> dict:
+    """validation/accuracy (mean reward sum, NeMo RL's multi-reward meaning),
+    validation/avg_length (tokens) and validation/reward/<name>. Sampling uses its own
+    generator seeded from (seed, step), so validation never shifts training's randomness."""
+    grpo, generation = state.config["grpo"], state.config["policy"]["generation"]
+    state.model.eval()
+    k = grpo["val_num_generations_per_prompt"]
+    temperature = generation["val_temperature"] if generation["val_temperature"] is not None else generation["temperature"]
+    sampler = dev.sampling_generator(state.device, grpo["seed"] * 7919 + step + 1)
+    rewards, lengths, shown = {}, [], 0
+    batch = grpo["val_batch_size"]
+    for start in range(0, len(state.val_set), batch):
+        examples = state.val_set.examples[start:start + batch]
+        ids, mask = left_pad(state.val_set.ids[start:start + batch], state.pad_id)
+        rollouts = sample(state, ids, mask, k, temperature, generation["val_top_k"], generation["val_top_p"], sampler)
+        repeated = [e for e in examples for _ in range(k)]
+        scores, texts = score(state.reward_set, state.tokenizer, rollouts, repeated, log=state.log)
+        for name, values in scores.items():
+            rewards.setdefault(name, []).append(values)
+        lengths.append(rollouts.lengths.float())
+        while shown < state.config["logger"]["num_val_samples_to_print"] and shown < len(texts):
+            state.log(f"[validation step {step}] {texts[shown]!r}")
+            shown += 1
+    rewards = {name: torch.cat(parts) for name, parts in rewards.items()}
+    metrics = reward_metrics(rewards, "validation")
+    metrics["validation/accuracy"] = metrics["validation/reward"]
+    metrics["validation/avg_length"] = float(torch.cat(lengths).mean())
+    return metrics
+
+
+# ---- the run: setup, then step -> validate -> log ------------------------------------------
+
+
+def run_step(state: TrainState, step: int) -> dict:
+    """Train step `step`, validate when due; the step's whole metrics record."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    dev.reset_peak_memory(state.device)
+    metrics = train_step(state)
+    if validation_due(state, step):
+        validation_started = time.perf_counter()
+        metrics.update(validate(state, step))
+        metrics["timing/validation/total_validation_time"] = time.perf_counter() - validation_started
+    metrics["timing/train/total_step_time"] = time.perf_counter() - started
+    # CPU seconds of all threads: less sensitive than wall time to other processes
+    metrics["timing/train/total_step_cpu_time"] = time.process_time() - cpu_started
+    return metrics
+
+
+def log_step(state: TrainState, step: int, metrics: dict) -> None:
+    """Checkpoint the step when due, then append its record to metrics.jsonl (and W&B).
+    Checkpoint first: a step is logged only if it can be resumed from or is re-run
+    identically after a kill."""
+    checkpointing = state.config["checkpointing"]
+    if checkpointing["enabled"] and (step % checkpointing["save_period"] == 0 or step == state.total_steps):
+        ckpt.save_checkpoint(state.run_dir, step, model=state.model, optimizer=state.optimizer,
+                             scheduler=state.scheduler, generator=state.generator,
+                             data_position=state.order.position, keep=checkpointing["keep_top_k"],
+                             metrics=metrics)
+    state.tracker.log(metrics, step=step)
+
+
 def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | None = None, log=print) -> RunResult:
     """Run (or resume) one local-engine training run of a checked config.
 
@@ -322,240 +653,32 @@ def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | No
         resume: continue from the newest checkpoint in `run_dir` (fresh start if none).
         ignored_note: the config checker's line about ignored keys, printed once.
     """
-    from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
-    from gdpo_nemo.tracking import Tracker, read_metrics
-
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    grpo, policy, gdpo = config["grpo"], config["policy"], config["gdpo"]
-    local, generation, logger_cfg = gdpo["local"], policy["generation"], config["logger"]
     if ignored_note:
         log(ignored_note)
-
-    latest = ckpt.latest_checkpoint(run_dir) if resume else None
-    config_path = run_dir / CONFIG_FILE
-    if latest is not None and config_path.exists():
-        import yaml
-
-        saved = yaml.safe_load(config_path.read_text())
-        changed = [k for k in _config_differences(_with_current_defaults(saved), config)
-                   if not k.startswith(RESUMABLE_CHANGES)]
-        if changed:
-            raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
-                             " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
-    if resume and latest is None:
-        log(f"--resume: no checkpoint in {run_dir / ckpt.CHECKPOINTS}; starting from step 0")
-    dump_config(config, config_path)
-    (run_dir / DONE_FILE).unlink(missing_ok=True)
-
-    # ---- seeds, model, data ------------------------------------------------------------
-    seed = grpo["seed"]
-    random.seed(seed)
-    torch.manual_seed(seed)
-    if local["num_threads"]:
-        torch.set_num_threads(local["num_threads"])
-    device = dev.resolve_device(local["device"])
-    if local["deterministic"]:
-        dev.make_deterministic(device)
-    model, tokenizer = load_initial_policy(config, log=log)
-    model.to(device=device, dtype=dev.weight_dtype(local["dtype"]))
-
-    def autocast():  # the forward passes' precision; logprob and loss math stay fp32
-        return dev.autocast(device, local["autocast"])
-
-    loss_config = LossConfig.from_config(config["loss_fn"])
-    reference = None
-    if loss_config.reference_policy_kl_penalty > 0:  # frozen copy of the starting policy
-        import copy
-
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-    train_set, val_set, reward_set = load_prompt_sets(config, tokenizer, log=log)
-    # -1 is no token: with ignore_eos only explicit stop_token_ids end a completion.
-    stop_ids = [-1 if local["ignore_eos"] else tokenizer.eos_token_id] + list(generation["stop_token_ids"] or [])
-    pad_id = tokenizer.pad_token_id
-
-    optimizer = build_optimizer(model, policy)
-    scheduler = build_scheduler(optimizer, policy["scheduler"])
-    generator = dev.sampling_generator(device, seed)
-    order = DataOrder(len(train_set), grpo["num_prompts_per_step"], config["data"]["shuffle"], seed)
-    total_steps = min(grpo["max_num_steps"], grpo["max_num_epochs"] * order.steps_per_epoch)
-    group_size = grpo["num_generations_per_prompt"]
-
-    start_step = 0
-    if latest is not None:
-        restored = ckpt.load_checkpoint(latest[1], model=model, optimizer=optimizer, scheduler=scheduler,
-                                        generator=generator)
-        start_step = restored["step"]
-        order.position = restored["data_position"]
-        log(f"resumed from {latest[1]} (step {start_step})")
-
-    run_id = RunId.from_config(config)
-    tracker = Tracker(
-        run_dir,
-        config=config,
-        name=logger_cfg["wandb"]["name"] or run_id.name,
-        group=logger_cfg["wandb"]["group"] or run_id.group,
-        project=logger_cfg["wandb"]["project"],
-        entity=logger_cfg["wandb"]["entity"],
-        wandb_enabled=logger_cfg["wandb_enabled"],
-        resume_step=start_step if latest is not None else None,
-    )
-    if latest is not None and restored["metrics"] is not None and not any(
-            r.get("step") == start_step for r in read_metrics(run_dir)):
-        tracker.log(restored["metrics"], step=start_step)  # killed after the checkpoint, before the log
-
-    def generate(prompt_ids, prompt_mask, groups, temperature, top_k, top_p, sampler):
-        budget = policy["max_total_sequence_length"] - prompt_ids.shape[1]
-        if budget < 1:
-            raise ValueError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
-                             f" for a completion after a {prompt_ids.shape[1]}-token prompt")
-        with autocast():
-            return sample_completions(
-                model, prompt_ids.to(device), prompt_mask.to(device), group_size=groups,
-                max_new_tokens=min(generation["max_new_tokens"], budget), temperature=temperature, top_k=top_k,
-                top_p=top_p, stop_token_ids=stop_ids, pad_token_id=pad_id, generator=sampler,
-                batch_size=policy["generation_batch_size"],
-            )
-
-    def validate(step: int) -> dict:
-        """validation/accuracy (mean reward sum, NeMo RL's multi-reward meaning),
-        validation/avg_length and validation/reward/<name>. Sampling uses its own
-        generator seeded from (seed, step), so validation never shifts training's randomness."""
-        model.eval()
-        k = grpo["val_num_generations_per_prompt"]
-        temperature = generation["val_temperature"] if generation["val_temperature"] is not None else generation["temperature"]
-        sampler = dev.sampling_generator(device, seed * 7919 + step + 1)
-        rewards, lengths, shown = {}, [], 0
-        batch = grpo["val_batch_size"]
-        for start in range(0, len(val_set), batch):
-            examples = val_set.examples[start:start + batch]
-            ids, mask = left_pad(val_set.ids[start:start + batch], pad_id)
-            rollouts = generate(ids, mask, k, temperature, generation["val_top_k"], generation["val_top_p"], sampler)
-            repeated = [e for e in examples for _ in range(k)]
-            scores, texts = score(reward_set, tokenizer, rollouts, repeated, log=log)
-            for name, values in scores.items():
-                rewards.setdefault(name, []).append(values)
-            lengths.append(rollouts.lengths.float())
-            while shown < logger_cfg["num_val_samples_to_print"] and shown < len(texts):
-                log(f"[validation step {step}] {texts[shown]!r}")
-                shown += 1
-        rewards = {name: torch.cat(parts) for name, parts in rewards.items()}
-        metrics = reward_metrics(rewards, "validation")
-        metrics["validation/accuracy"] = metrics["validation/reward"]
-        metrics["validation/avg_length"] = float(torch.cat(lengths).mean())
-        return metrics
-
-    progress = _progress_bar(total_steps, start_step, enabled=local["progress"])
+    latest = prepare_run_dir(config, run_dir, resume, log=log)
+    state = setup(config, run_dir, latest, log=log)
+    progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"])
     metrics: dict = {}
     exit_code = 1
     try:
-        if grpo["val_at_start"] and start_step == 0 and val_set is not None:
-            tracker.log(validate(0), step=0)
-
-        for step in range(start_step + 1, total_steps + 1):
-            t_step, cpu_step = time.perf_counter(), time.process_time()
-            dev.reset_peak_memory(device)
-            indices = order.next_batch()
-            examples = [train_set.examples[i] for i in indices]
-            prompt_ids, prompt_mask = left_pad([train_set.ids[i] for i in indices], pad_id)
-
-            # 1. sample G completions per prompt with the current policy (= pi_old)
-            model.eval()
-            t0 = time.perf_counter()
-            rollouts = generate(prompt_ids, prompt_mask, group_size, generation["temperature"], None, None, generator)
-            dev.synchronize(device)
-            t_generation = time.perf_counter() - t0
-            group_ids = torch.arange(len(indices), device=device).repeat_interleave(group_size)
-            completion_mask = rollouts.completion_mask
-
-            # 2. score every reward component
-            t0 = time.perf_counter()
-            group_examples = [e for e in examples for _ in range(group_size)]
-            rewards, _ = score(reward_set, tokenizer, rollouts, group_examples, log=log)
-            t_reward = time.perf_counter() - t0
-
-            # 3. advantages from the registry: GRPO sums then normalizes, GDPO normalizes each r_k
-            advantages = advantages_for(rewards, group_ids, gdpo, completion_mask)
-
-            # reference logprobs for the KL term (only when beta > 0)
-            reference_logprobs = None
-            if reference is not None:
-                with torch.no_grad(), autocast():
-                    reference_logprobs = torch.cat([
-                        _logprobs_of_rows(reference, rollouts, rows, generation["temperature"], device)
-                        for rows in _chunks(range(len(group_ids)), policy["logprob_batch_size"])
-                    ])
-
-            # 4-6. ratio, clip, step: one optimizer step per global batch, micro-batches accumulate
-            t0 = time.perf_counter()
-            model.train()
-            update = _policy_update(model, optimizer, rollouts, advantages, reference_logprobs, loss_config,
-                                    policy, generation["temperature"], device, autocast)
-            if scheduler is not None:
-                scheduler.step()
-            model.eval()
-            dev.synchronize(device)
-            t_training = time.perf_counter() - t0
-
-            # ---- metrics of the step (NeMo RL names + ours) ----
-            generated_tokens = int(completion_mask.sum())
-            mask = completion_mask.bool()
-            token_advantages = advantages[:, None].expand_as(completion_mask)[mask]
-            metrics = {
-                **reward_metrics(rewards, "train"),
-                "train/loss": update["loss"],
-                "train/grad_norm": update["grad_norm"],
-                "train/kl_penalty": update["kl_penalty"],
-                "train/probs_ratio": update["probs_ratio"],
-                "train/probs_ratio_clamped": update["probs_ratio_clamped"],
-                "train/clip_fraction": update["clip_fraction"],
-                "train/lr": optimizer.param_groups[0]["lr"],
-                "train/advantages/mean": float(token_advantages.mean()) if token_advantages.numel() else 0.0,
-                "train/advantages/max": float(token_advantages.max()) if token_advantages.numel() else 0.0,
-                "train/advantages/min": float(token_advantages.min()) if token_advantages.numel() else 0.0,
-                "train/mean_gen_tokens_per_sample": float(rollouts.lengths.float().mean()),
-                "train/truncation_rate": float(rollouts.truncated.float().mean()),
-                "train/global_valid_toks": generated_tokens,
-                "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
-                **{f"train/adv/zero_std_frac/{name}": value
-                   for name, value in zero_std_fraction(rewards, group_ids).items()},
-                "timing/train/generation": t_generation,
-                "timing/train/reward_calculation": t_reward,
-                "timing/train/policy_training": t_training,
-                # throughput: wall-clock dependent like every timing/* key (NeMo RL's
-                # performance/generation_tokens_per_sec on one device)
-                "timing/train/generation_tokens_per_sec": generated_tokens / max(t_generation, 1e-9),
-                "timing/train/policy_training_tokens_per_sec": generated_tokens / max(t_training, 1e-9),
-                **dev.peak_memory_metrics(device),
-            }
-            run_validation = val_set is not None and (
-                (grpo["val_period"] > 0 and step >= grpo["val_start_at"] and step % grpo["val_period"] == 0)
-                or (grpo["val_at_end"] and step == total_steps)
-            )
-            if run_validation:
-                t0 = time.perf_counter()
-                metrics.update(validate(step))
-                metrics["timing/validation/total_validation_time"] = time.perf_counter() - t0
-            metrics["timing/train/total_step_time"] = time.perf_counter() - t_step
-            # CPU seconds of all threads: less sensitive than wall time to other processes
-            metrics["timing/train/total_step_cpu_time"] = time.process_time() - cpu_step
-
-            # checkpoint before logging: a step is in metrics.jsonl only if it can be resumed
-            # from or is re-run identically after a kill
-            if config["checkpointing"]["enabled"] and (step % config["checkpointing"]["save_period"] == 0 or step == total_steps):
-                ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scheduler=scheduler,
-                                     generator=generator, data_position=order.position,
-                                     keep=config["checkpointing"]["keep_top_k"], metrics=metrics)
-            tracker.log(metrics, step=step)
+        if config["grpo"]["val_at_start"] and state.start_step == 0 and state.val_set is not None:
+            state.tracker.log(validate(state, 0), step=0)
+        for step in range(state.start_step + 1, state.total_steps + 1):
+            metrics = run_step(state, step)
+            log_step(state, step, metrics)
             progress.update(1)
-            progress.set_postfix_str(_postfix(metrics, reward_set.names))
-        (run_dir / DONE_FILE).write_text(f"{total_steps}\n")
+            progress.set_postfix_str(_postfix(metrics, state.reward_set.names))
+        rundir.mark_done(run_dir, f"{state.total_steps}\n")
         exit_code = 0
     finally:
         progress.close()
-        tracker.close(exit_code=exit_code)
-    return RunResult(run_dir, total_steps, metrics, time.perf_counter() - started)
+        state.tracker.close(exit_code=exit_code)
+    return RunResult(run_dir, state.total_steps, metrics, time.perf_counter() - started)
+
+
+# ---- steps 4-6: ratio, clip, step -----------------------------------------------------------
 
 
 def _chunks(rows, size: int):
@@ -575,15 +698,17 @@ def _logprobs_of_rows(model, rollouts: Rollouts, rows, temperature: float, devic
                                   rollouts.completion_mask[index].to(device), temperature)
 
 
-def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_logprobs, loss_config: LossConfig,
-                   policy: dict, temperature: float, device, autocast=contextlib.nullcontext) -> dict:
+def update_policy(model, optimizer, rollouts: Rollouts, advantages, reference_logprobs, loss_config: LossConfig,
+                  policy: dict, temperature: float, device, autocast=contextlib.nullcontext) -> dict:
     """Steps 4-6 over the whole rollout batch: for each global batch of
     `train_global_batch_size` rows, accumulate micro-batch gradients of the clipped loss
     (normalized by the global batch's token / sample count), clip, step. `autocast()` is the
-    forward passes' precision context; the loss is computed in fp32 outside it."""
+    forward passes' precision context; the loss is computed in fp32 outside it.
+
+    Returns the means over global batches of `loss`, `kl_penalty` and `grad_norm`, and the
+    token means of `probs_ratio`, `probs_ratio_clamped` and `clip_fraction` (UPDATE_METRICS)."""
     rows_total = rollouts.completion_ids.shape[0]
     global_batch = policy["train_global_batch_size"]
-    micro_batch = policy["train_micro_batch_size"]
     parameters = [p for p in model.parameters() if p.requires_grad]
     totals = {"loss": 0.0, "kl_penalty": 0.0, "probs_ratio_sum": 0.0, "probs_ratio_clamped_sum": 0.0,
               "clipped_tokens": 0.0}
@@ -592,26 +717,9 @@ def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_l
         batch_rows = list(range(start, start + global_batch))
         valid_tokens = float(rollouts.completion_mask[batch_rows].sum())
         optimizer.zero_grad(set_to_none=True)
-        for rows in _chunks(batch_rows, micro_batch):
-            index = torch.as_tensor(rows, dtype=torch.long, device=device)
-            completion_mask = rollouts.completion_mask[index].to(device)
-            # 4. ratio: logprobs of the sampled tokens under the current weights
-            with autocast():
-                logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
-            width = logprobs.shape[1]
-            # 5. clip: NeMo RL's ClippedPGLossFn
-            loss, parts = clipped_pg_loss(
-                logprobs,
-                rollouts.logprobs[index, :width].to(device),
-                advantages[index].to(device=device, dtype=logprobs.dtype),
-                completion_mask[:, :width],
-                loss_config,
-                global_valid_tokens=valid_tokens,
-                global_valid_samples=float(len(batch_rows)),
-                reference_logprobs=None if reference_logprobs is None else reference_logprobs[index, :width].to(device),
-                generation_logprobs=rollouts.logprobs[index, :width].to(device),
-            )
-            loss.backward()
+        for rows in _chunks(batch_rows, policy["train_micro_batch_size"]):
+            _, parts = _micro_batch_backward(model, rollouts, rows, advantages, reference_logprobs, loss_config,
+                                             temperature, device, autocast, valid_tokens, len(batch_rows))
             for key in totals:
                 totals[key] += parts[key]
         # 6. step: clip the global gradient norm, AdamW
@@ -629,6 +737,35 @@ def _policy_update(model, optimizer, rollouts: Rollouts, advantages, reference_l
         "probs_ratio_clamped": totals["probs_ratio_clamped_sum"] / max(tokens_seen, 1.0),
         "clip_fraction": totals["clipped_tokens"] / max(tokens_seen, 1.0),
     }
+
+
+def _micro_batch_backward(model, rollouts: Rollouts, rows: list, advantages, reference_logprobs,
+                          loss_config: LossConfig, temperature: float, device, autocast,
+                          global_valid_tokens: float, global_valid_samples: int) -> tuple[torch.Tensor, dict]:
+    """Steps 4-5 on micro-batch `rows`: the ratio's logprobs under the current weights, the
+    clipped loss (normalized by the global batch), backward. Returns `clipped_pg_loss`'s
+    (loss, metrics)."""
+    index = torch.as_tensor(rows, dtype=torch.long, device=device)
+    completion_mask = rollouts.completion_mask[index].to(device)
+    # 4. ratio: logprobs of the sampled tokens under the current weights
+    with autocast():
+        logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
+    width = logprobs.shape[1]
+    old_logprobs = rollouts.logprobs[index, :width].to(device)
+    # 5. clip: NeMo RL's ClippedPGLossFn
+    loss, parts = clipped_pg_loss(
+        logprobs,
+        old_logprobs,
+        advantages[index].to(device=device, dtype=logprobs.dtype),
+        completion_mask[:, :width],
+        loss_config,
+        global_valid_tokens=global_valid_tokens,
+        global_valid_samples=float(global_valid_samples),
+        reference_logprobs=None if reference_logprobs is None else reference_logprobs[index, :width].to(device),
+        generation_logprobs=old_logprobs,
+    )
+    loss.backward()
+    return loss, parts
 
 
 class _NoBar:
