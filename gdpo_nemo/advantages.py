@@ -215,6 +215,9 @@ class EstimatorInfo:
     """Drawn in the paper's Fig. 3 (and its Fig. 2 toy table); needs `collapse_key`."""
     dense: DenseForm | None = None
     """Its form on the dense fast path; None: always the general path (its `fn`)."""
+    token_batch_norm: bool = False
+    """Ends with a batch normalization that a token_mask makes per token (verl): the one
+    estimator gdpo.batch_norm "token" applies to."""
     scale_rewards: tuple[str, ...] = ("group", "none")
     """The values of AdvantageOptions.scale_rewards it accepts ("batch" is TRL's, GRPO only)."""
 
@@ -248,6 +251,7 @@ def register_estimator(
     in_fig3: bool = False,
     dense: DenseForm | None = None,
     scale_rewards: Sequence[str] = ("group", "none"),
+    token_batch_norm: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Register an estimator under `name`, with its metadata (fields of `EstimatorInfo`;
     `label` defaults to `name`).
@@ -277,7 +281,7 @@ def register_estimator(
         _REGISTRY[name] = EstimatorInfo(
             name=name, fn=fn, label=name if label is None else label, multi_component=multi_component,
             nemo_rl=nemo_rl, collapse_key=collapse_key, style=style, in_fig3=in_fig3, dense=dense,
-            scale_rewards=tuple(scale_rewards),
+            scale_rewards=tuple(scale_rewards), token_batch_norm=token_batch_norm,
         )
         return fn
 
@@ -467,7 +471,7 @@ def gdpo_no_bn(rewards, valid, groups, weights, options, token_mask):
 
 @register_estimator("gdpo", label="GDPO", multi_component=True, nemo_rl=NemoRLEstimator("gdpo", normalize_rewards=True),
                     collapse_key="normalized_components", style=PlotStyle("tab:green", "^", "-"), in_fig3=True,
-                    dense=DenseForm(divide_by_group_std=True, batch_norm=True))
+                    dense=DenseForm(divide_by_group_std=True, batch_norm=True), token_batch_norm=True)
 def gdpo(rewards, valid, groups, weights, options, token_mask):
     """GDPO (paper Eqs. 4-6): normalize each component in its group, sum, batch-normalize
     (``scale_rewards="none"``: centre each component without dividing by its std, NeMo RL's

@@ -70,6 +70,8 @@ def test_the_built_in_estimators_are_registered_in_the_papers_order():
     assert list(ESTIMATORS) == BUILT_IN
     assert [estimator_info(name).label for name in BUILT_IN] == ["GRPO", "GRPO w/o std", "GDPO w/o BN", "GDPO"]
     assert [name for name in BUILT_IN if estimator_info(name).multi_component] == ["gdpo_no_bn", "gdpo"]
+    assert [name for name in BUILT_IN if estimator_info(name).token_batch_norm] == ["gdpo"]
+    assert [name for name in BUILT_IN if "batch" in estimator_info(name).scale_rewards] == ["grpo"]
 
 
 def test_the_nemo_rl_equivalents_are_declared_with_the_estimators():
