@@ -40,6 +40,9 @@ from typing import Iterable, Mapping, Sequence
 import yaml
 
 from gdpo_nemo import nemo_schema
+from gdpo_nemo.config.errors import ConfigError
+from gdpo_nemo.config.settings import gdpo_defaults
+from gdpo_nemo.config.validate import estimator_option_problems, gdpo_key_problems, reward_problems
 from gdpo_nemo.run_id import RunId
 
 __all__ = [
@@ -110,9 +113,12 @@ GDPO_SCHEMA = {
     "reward_components": "list[str]",
     "reward_weights": "dict|null",
     "leave_one_out": "bool",
-    "std_ddof": "int",
-    "eps": "float",
+    "std_ddof": "int|null",
+    "eps": "float|null",
     "batch_norm": "str",
+    "scale_rewards": "str",
+    "single_sample_groups": "str|null",
+    "strict": "bool",
     "length_limit": "float|null",
     "conditioned_length": "bool",
     "engine": "str",
@@ -131,21 +137,6 @@ DERIVED_KEYS = (
     "checkpointing.checkpoint_dir",
 )
 RUNS_DIR_ENV = "GDPO_RUNS_DIR"
-
-
-class ConfigError(ValueError):
-    """A run config, an experiment or a compose request is invalid.
-
-    `problems` lists one line per problem, each starting with the key path at fault.
-    """
-
-    def __init__(self, problems: str | Sequence[str]):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        if len(self.problems) == 1:
-            message = self.problems[0]
-        else:
-            message = f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems)
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -285,6 +276,7 @@ def _hydra_compose(overrides: list[str]):
     root = config_dir()
     if not (root / "base.yaml").is_file():
         raise ConfigError(f"config tree {root} has no base.yaml (set GDPO_NEMO_CONFIGS to the repo's configs/)")
+    _store_gdpo_defaults()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(root), version_base=None):
@@ -293,6 +285,14 @@ def _hydra_compose(overrides: list[str]):
         raise ConfigError(_explain_hydra_error(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _store_gdpo_defaults() -> None:
+    """Put the gdpo block's defaults (gdpo_nemo/config/settings.py) in Hydra's config store
+    as `gdpo_settings`, the first entry of base.yaml's defaults list."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="gdpo_settings", node=gdpo_defaults(with_local=False), package="gdpo")
 
 
 def _explain_hydra_error(err: Exception, overrides: list[str]) -> str:
@@ -324,18 +324,26 @@ def needs_our_estimator(gdpo: Mapping, env_blocks: Mapping | None = None) -> boo
     """Whether NeMo RL's native estimators cannot express the gdpo block (then the plugin's
     hook computes the advantages with gdpo_nemo.advantages).
 
-    Native: grpo, grpo_no_std (grpo without normalization) and gdpo with per-sample batch
-    norm, NeMo RL's numerics (preset nemo_rl or none, std_ddof 1, eps 1e-6), and finite
-    rewards; grpo-family weights other than 1 are ours (NeMo RL sums rewards unweighted).
+    Native: grpo, grpo_no_std (grpo without normalization, also grpo with scale_rewards
+    "none") and gdpo with per-sample batch norm and group scaling, NeMo RL's numerics
+    (preset nemo_rl or none, std_ddof 1 or null, eps 1e-6 or null: null is the preset's),
+    single-sample groups at 0, and finite rewards; grpo-family weights other than 1 are ours
+    (NeMo RL sums rewards unweighted).
     """
     estimator = gdpo.get("estimator")
     if estimator not in ("grpo", "grpo_no_std", "gdpo"):
         return True
     if gdpo.get("preset") not in (None, "nemo_rl"):
         return True
-    if gdpo.get("std_ddof", 1) != 1 or not _close(gdpo.get("eps", NEMO_RL_GROUP_EPS), NEMO_RL_GROUP_EPS):
+    std_ddof, eps = gdpo.get("std_ddof"), gdpo.get("eps")
+    if std_ddof not in (None, 1) or not (eps is None or _close(eps, NEMO_RL_GROUP_EPS)):
         return True
     if gdpo.get("batch_norm", "sample") != "sample":
+        return True
+    scale = gdpo.get("scale_rewards", "group")
+    if scale == "batch" or (scale == "none" and estimator == "gdpo"):
+        return True
+    if gdpo.get("single_sample_groups") == "raise":
         return True
     weights = gdpo.get("reward_weights") or {}
     if estimator != "gdpo" and any(not _close(w, 1.0) for w in weights.values()):
@@ -368,7 +376,7 @@ def adv_estimator_for(gdpo: Mapping, env_blocks: Mapping | None = None) -> dict:
         listed = [float(weights.get(component, 1.0)) for component in sorted(components)]
     return {
         "name": name,
-        "normalize_rewards": estimator != "grpo_no_std",
+        "normalize_rewards": estimator != "grpo_no_std" and gdpo.get("scale_rewards", "group") != "none",
         "use_leave_one_out_baseline": bool(gdpo.get("leave_one_out", False)),
         "reward_weights": listed,
         "minus_baseline": True,
@@ -531,21 +539,7 @@ def _check_gdpo_block(config: Mapping, problems: list[str]) -> None:
     problems.extend(nemo_schema.check_against_schema(gdpo, GDPO_SCHEMA, "gdpo"))
     if len(problems) > before:
         return
-    choices = {
-        "task": TASKS,
-        "estimator": ESTIMATORS,
-        "preset": (*PRESETS, None),
-        "batch_norm": BATCH_NORMS,
-        "engine": ENGINES,
-        "std_ddof": (0, 1),
-    }
-    for key, accepted in choices.items():
-        if gdpo[key] not in accepted or isinstance(gdpo[key], bool):
-            problems.append(f"gdpo.{key}: {gdpo[key]!r} is not accepted; use one of {list(accepted)}")
-    if not gdpo["eps"] >= 0:
-        problems.append(f"gdpo.eps: {gdpo['eps']!r} must be >= 0")
-    if gdpo["length_limit"] is not None and not gdpo["length_limit"] > 0:
-        problems.append(f"gdpo.length_limit: {gdpo['length_limit']!r} must be a positive number of tokens or null")
+    problems.extend(gdpo_key_problems(gdpo))
     try:
         RunId.from_config(config)
     except (KeyError, TypeError, ValueError) as err:
@@ -556,37 +550,8 @@ def _check_gdpo_block(config: Mapping, problems: list[str]) -> None:
 
 
 def _check_rewards(gdpo: Mapping, problems: list[str]) -> None:
-    components = gdpo["reward_components"]
-    estimator = gdpo["estimator"]
-    if estimator in MULTI_COMPONENT_ESTIMATORS and len(components) < 2:
-        problems.append(
-            f"gdpo.reward_components: {components} has {len(components)} component(s); gdpo.estimator"
-            f" {estimator!r} normalizes each component separately and needs at least 2 (use grpo for one reward)"
-        )
-    try:
-        from gdpo_nemo.rewards import get_reward_set
-
-        get_reward_set(
-            gdpo["task"],
-            components,
-            length_limit=gdpo["length_limit"],
-            conditioned_length=gdpo["conditioned_length"],
-        )
-    except ValueError as err:
-        problems.append(f"gdpo.reward_components: {err}")
-    weights = gdpo["reward_weights"]
-    if weights is not None:
-        unknown = sorted(set(weights) - set(components))
-        if unknown:
-            problems.append(
-                f"gdpo.reward_weights: {unknown} name no reward component; the components are {components}"
-                " (weights are given by component name)"
-            )
-        for name, weight in weights.items():
-            if not _is_number(weight):
-                problems.append(f"gdpo.reward_weights.{name}: {weight!r} is not a finite number")
-    if gdpo["batch_norm"] == "token" and estimator != "gdpo":
-        problems.append(f"gdpo.batch_norm: 'token' only applies to gdpo.estimator 'gdpo', got {estimator!r}")
+    problems.extend(reward_problems(gdpo))
+    problems.extend(estimator_option_problems(gdpo))
 
 
 def _check_estimator_keys(config: Mapping, problems: list[str]) -> None:

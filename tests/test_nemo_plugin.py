@@ -25,10 +25,10 @@ import torch
 
 from gdpo_nemo import config_compose as cc
 from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo import data, metrics, plugin, run
 from gdpo_nemo.engines.nemo.estimators import (
     AdvantageEstimator,
-    EstimatorSettings,
     create_estimator,
     group_ids_from_prompts,
     reward_components,

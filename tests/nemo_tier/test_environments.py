@@ -107,7 +107,7 @@ def test_our_environment_adds_no_observation_tokens_to_the_training_sequence(loc
 
 def test_rows_with_a_broken_ground_truth_are_counted_in_the_rollout_metrics(local_ray, registered, tokenizer,
                                                                            tiny_tokenizer_dir, tmp_path):
-    from gdpo_nemo.engines.nemo.estimators import EstimatorSettings
+    from gdpo_nemo.config.settings import EstimatorSettings
     from gdpo_nemo.engines.nemo.plugin import HookState
 
     config = small_config("gsm8k", tiny_tokenizer_dir, tmp_path / "run", rows=3)

@@ -19,80 +19,17 @@ A key that is in none of the three is an error listing the section's accepted ke
 from __future__ import annotations
 
 import copy
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-# ---------------------------------------------------------------------------------------
-# Value checks: each returns None when the value is fine, else what would be accepted.
-# ---------------------------------------------------------------------------------------
-
-Check = Callable[[Any], "str | None"]
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def integer(low: int | None = None, *, nullable: bool = False) -> Check:
-    def check(value):
-        if value is None and nullable:
-            return None
-        if _is_int(value) and (low is None or value >= low):
-            return None
-        bound = f" >= {low}" if low is not None else ""
-        return f"an int{bound}" + (" or null" if nullable else "")
-
-    return check
-
-
-def number(low: float | None = None, high: float | None = None, *, nullable: bool = False) -> Check:
-    def check(value):
-        if value is None and nullable:
-            return None
-        if _is_number(value) and (low is None or value >= low) and (high is None or value <= high):
-            return None
-        span = f" in [{low}, {high}]" if high is not None else (f" >= {low}" if low is not None else "")
-        return f"a number{span}" + (" or null" if nullable else "")
-
-    return check
-
-
-def boolean(value):
-    return None if isinstance(value, bool) else "true or false"
-
-
-def one_of(*choices) -> Check:
-    def check(value):
-        return None if value in choices else f"one of {list(choices)}"
-
-    return check
-
-
-def text(*, nullable: bool = False) -> Check:
-    def check(value):
-        if (value is None and nullable) or (isinstance(value, str) and value):
-            return None
-        return "a non-empty string" + (" or null" if nullable else "")
-
-    return check
-
-
-def mapping(value):
-    return None if isinstance(value, dict) else "a mapping"
-
-
-def anything(value):
-    return None
-
+from gdpo_nemo.config.checks import Check, anything, boolean, integer, is_int, is_number, mapping, number, one_of, text
+from gdpo_nemo.config.errors import ConfigError
+from gdpo_nemo.config.settings import GdpoSettings, setting_table
+from gdpo_nemo.config.validate import estimator_option_problems, reward_problems
 
 @dataclass(frozen=True)
 class Key:
@@ -114,6 +51,11 @@ def off(*accepted) -> Key:
 
 
 IGNORE = Key("ignore")
+
+
+def _from_settings(table: dict) -> dict:
+    """The "use" keys of a settings table (gdpo_nemo.config.settings.setting_table)."""
+    return {name: _from_settings(spec) if isinstance(spec, dict) else use(*spec) for name, spec in table.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,7 +202,7 @@ SCHEMA: dict = {
             "val_temperature": use(None, number(0.0, nullable=True)),
             "val_top_p": use(None, number(0.0, 1.0, nullable=True)),
             "val_top_k": use(None, integer(1, nullable=True)),
-            "stop_token_ids": use(None, lambda v: None if v is None or (isinstance(v, list) and all(_is_int(i) for i in v)) else "a list of token ids or null"),
+            "stop_token_ids": use(None, lambda v: None if v is None or (isinstance(v, list) and all(is_int(i) for i in v)) else "a list of token ids or null"),
             "stop_strings": off(None),
             "refit_transport": IGNORE,
             "real_quant_export_cpu_offload": IGNORE,
@@ -306,46 +248,11 @@ SCHEMA: dict = {
     "cluster": IGNORE,
     "data_plane": IGNORE,
     "on_policy_distillation": off(None),
-    "gdpo": {
-        "experiment": use("local", text()),
-        "task": use("gsm8k", one_of("toolcall", "gsm8k", "math", "code")),
-        "model_tag": use("model", text()),
-        "algo": use("gdpo", text()),
-        "estimator": use("gdpo", one_of("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")),
-        "preset": use("nemo_rl", one_of("nemo_rl", "trl", "verl", None)),
-        "reward_components": use(None, lambda v: None if v is None or (isinstance(v, list) and v and all(isinstance(n, str) for n in v)) else "a non-empty list of component names or null"),
-        "reward_weights": use(None, lambda v: None if v is None or (isinstance(v, dict) and all(_is_number(w) for w in v.values())) else "a mapping {component: number} or null"),
-        "leave_one_out": use(False, boolean),
-        "std_ddof": use(None, one_of(0, 1, None)),  # null: the preset's
-        "eps": use(None, number(0.0, nullable=True)),  # null: the preset's
-        "batch_norm": use("sample", one_of("sample", "token")),
-        "length_limit": use(None, integer(1, nullable=True)),
-        "conditioned_length": use(False, boolean),
-        "engine": use("local", one_of("local")),
-        "local": {
-            # engines/local/device.py: where and in which precision the engine computes.
-            "device": use("cpu", one_of("cpu", "cuda", "auto")),
-            "dtype": use("float32", one_of("float32", "bfloat16")),  # the weights' dtype
-            "autocast": use(None, one_of(None, "bfloat16")),  # mixed precision of the forward passes
-            "deterministic": use(True, boolean),  # CUDA: reproducible kernels (CPU always is)
-            "num_threads": use(None, integer(1, nullable=True)),
-            "train_size": use(None, integer(1, nullable=True)),
-            "data_source": use("offline", one_of("offline", "file")),
-            "task_options": use({}, mapping),
-            "progress": use(True, boolean),
-            # Like vLLM's ignore_eos: every completion runs to max_new_tokens (benchmarks).
-            "ignore_eos": use(False, boolean),
-            "warm_start": {
-                "enabled": use(False, boolean),
-                "steps": use(10, integer(0)),
-                "lr": use(1e-5, number(0.0)),
-                "batch_size": use(8, integer(1)),
-                "examples": use(256, integer(1)),
-                "seed": use(None, integer(0, nullable=True)),
-            },
-        },
-    },
+    # The gdpo block: its keys, defaults and checks are gdpo_nemo/config/settings.py's.
+    "gdpo": _from_settings(setting_table(GdpoSettings)),
 }
+# What only this engine restricts: it runs configs meant for it.
+SCHEMA["gdpo"]["engine"] = use("local", one_of("local"))
 
 # Sections whose presence alone is worth one line when ignored (their keys are many).
 _IGNORED_SUMMARY_LIMIT = 8
@@ -433,10 +340,11 @@ def _check_cross_keys(config: dict) -> None:
             "loss_fn.force_on_policy_ratio=true needs policy.train_global_batch_size ="
             f" num_prompts_per_step * num_generations_per_prompt = {rollouts}, got {gbs}"
         )
-    if gdpo["batch_norm"] == "token" and gdpo["estimator"] != "gdpo":
-        raise ValueError(f"gdpo.batch_norm='token' only applies to gdpo.estimator='gdpo', got {gdpo['estimator']!r}")
+    problems = estimator_option_problems(gdpo) + reward_problems(gdpo)
+    if problems:  # refused here, before the model loads
+        raise ConfigError(problems)
     kwargs = policy["optimizer"]["kwargs"]
-    if "lr" not in kwargs or not _is_number(kwargs["lr"]):
+    if "lr" not in kwargs or not is_number(kwargs["lr"]):
         raise ValueError(f"policy.optimizer.kwargs.lr={kwargs.get('lr')!r}: expected a number")
 
 

@@ -25,7 +25,6 @@ gdpo block and computes with ``gdpo_nemo.advantages.compute_advantages``;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -33,10 +32,11 @@ from torch import Tensor
 
 from gdpo_nemo.advantages import compute_advantages
 from gdpo_nemo.collapse import distinct_advantage_groups
+from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.config_compose import ENV_NAMES, OUR_ADV_ESTIMATORS, needs_our_estimator
 from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX
 
-__all__ = ["AdvantageEstimator", "EstimatorSettings", "create_estimator", "group_ids_from_prompts", "reward_components", "section"]
+__all__ = ["AdvantageEstimator", "create_estimator", "estimator_advantages", "group_ids_from_prompts", "reward_components", "section"]
 
 
 def section(config: Any, name: str, default=None):
@@ -50,49 +50,18 @@ def section(config: Any, name: str, default=None):
     return extra.get(name, default)
 
 
-@dataclass(frozen=True)
-class EstimatorSettings:
-    """The gdpo block's estimator options (docs/interfaces.md, "Run config")."""
-
-    estimator: str
-    components: tuple[str, ...]
-    preset: str | None = "nemo_rl"
-    reward_weights: Mapping[str, float] | None = None
-    leave_one_out: bool = False
-    std_ddof: int = 1
-    eps: float = 1e-6
-    batch_norm: str = "sample"
-
-    @classmethod
-    def from_gdpo(cls, gdpo: Mapping) -> "EstimatorSettings":
-        """Settings from a (validated) gdpo block."""
-        return cls(
-            estimator=gdpo["estimator"],
-            components=tuple(gdpo["reward_components"]),
-            preset=gdpo.get("preset"),
-            reward_weights=dict(gdpo["reward_weights"]) if gdpo.get("reward_weights") else None,
-            leave_one_out=bool(gdpo.get("leave_one_out", False)),
-            std_ddof=int(gdpo.get("std_ddof", 1)),
-            eps=float(gdpo.get("eps", 1e-6)),
-            batch_norm=gdpo.get("batch_norm", "sample"),
-        )
-
-    def advantages(self, components: Mapping[str, Tensor], group_ids: Tensor, token_mask: Tensor | None = None) -> Tensor:
-        """Tensor[B] advantages of named components (compute_advantages with these options);
-        `token_mask` [B, T] is used only for batch_norm "token"."""
-        return compute_advantages(
-            dict(components),
-            group_ids,
-            self.estimator,
-            preset=self.preset,
-            reward_weights=self.reward_weights,
-            leave_one_out=self.leave_one_out,
-            std_ddof=self.std_ddof,
-            eps=self.eps,
-            # NeMo RL's numerics (preset None or nemo_rl): a prompt with one response gets 0.
-            single_sample_groups="zero" if self.preset in (None, "nemo_rl") else None,
-            token_mask=token_mask if self.batch_norm == "token" else None,
-        )
+def estimator_advantages(
+    settings: EstimatorSettings, components: Mapping[str, Tensor], group_ids: Tensor, token_mask: Tensor | None = None
+) -> Tensor:
+    """Tensor[B] advantages of named components by ``compute_advantages`` with the gdpo
+    block's options, NeMo RL's treatment of single-sample groups under no preset;
+    `token_mask` [B, T] is used only for batch_norm "token"."""
+    return compute_advantages(
+        dict(components),
+        group_ids,
+        **settings.compute_kwargs(nemo_engine=True),
+        token_mask=token_mask if settings.batch_norm == "token" else None,
+    )
 
 
 def group_ids_from_prompts(prompt_ids: Tensor) -> Tensor:
@@ -144,7 +113,7 @@ class AdvantageEstimator:
         components = reward_components(repeated_batch, self.settings.components)
         group_ids = group_ids_from_prompts(torch.as_tensor(prompt_ids).cpu())
         mask = torch.as_tensor(mask)
-        advantages = self.settings.advantages(components, group_ids, token_mask=mask.detach().cpu())
+        advantages = estimator_advantages(self.settings, components, group_ids, token_mask=mask.detach().cpu())
         self.last_metrics = {"adv/distinct_groups": distinct_advantage_groups(advantages, group_ids)}
         return advantages.to(device=mask.device, dtype=torch.float32).unsqueeze(-1).expand(mask.shape).clone()
 

@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
-from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, reward_components
+from gdpo_nemo.config.settings import EstimatorSettings
+from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
 
 __all__ = ["StepMetricsWriter", "ValidationCollector", "batch_group_ids", "component_metrics", "latest_checkpoint_step"]
 
@@ -80,7 +81,7 @@ def component_metrics(
     for name, share in zero_std_fraction(dict(components), group_ids).items():
         metrics[f"adv/zero_std_frac/{name}"] = share
     if settings is not None:
-        advantages = settings.advantages(components, group_ids)
+        advantages = estimator_advantages(settings, components, group_ids)
         metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
     return metrics
 

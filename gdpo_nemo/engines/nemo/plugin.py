@@ -42,7 +42,8 @@ from typing import Callable, Mapping
 from gdpo_nemo.config_compose import ENV_NAMES
 from gdpo_nemo.engines.nemo.data import PROCESSORS
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
-from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, create_estimator
+from gdpo_nemo.config.settings import EstimatorSettings
+from gdpo_nemo.engines.nemo.estimators import create_estimator
 from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, rollout_metrics
 from gdpo_nemo.engines.nemo.sampling import group_signal_spread
 

@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.config_compose import MULTI_COMPONENT_ESTIMATORS
-from gdpo_nemo.engines.nemo.estimators import EstimatorSettings, reward_components
+from gdpo_nemo.config.settings import EstimatorSettings
+from gdpo_nemo.engines.nemo.estimators import reward_components
 
 __all__ = ["group_range", "group_signal_spread"]
 

@@ -1,0 +1,272 @@
+"""The run config's ``gdpo:`` block as typed settings: every key with its default, meaning
+and source, written once.
+
+This module is where the block's defaults live. The composer's ``configs/base.yaml`` takes
+them from here (`gdpo_defaults`, stored as Hydra's ``gdpo_settings`` config), the local
+engine fills missing keys from here, the NeMo RL hook builds its estimator from here
+(`EstimatorSettings`), and validation checks each key with the check written beside it.
+
+A ``null`` numeric option means "the preset's": ``std_ddof``, ``eps`` and
+``single_sample_groups`` take the value of ``gdpo.preset`` (``gdpo_nemo.advantages.PRESETS``:
+nemo_rl std_ddof 1, eps 1e-6; trl 1, 1e-4; verl 1, 1e-6), so ``preset: trl`` alone gives
+TRL's numerics.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Mapping
+
+from gdpo_nemo.config.checks import Check, boolean, integer, is_number, mapping, number, one_of, text
+
+__all__ = [
+    "BATCH_NORMS",
+    "ENGINES",
+    "PRESETS",
+    "SCALE_REWARDS",
+    "SINGLE_SAMPLE_GROUPS",
+    "TASKS",
+    "EstimatorSettings",
+    "GdpoSettings",
+    "LocalSettings",
+    "WarmStartSettings",
+    "describe",
+    "estimator_names",
+    "gdpo_defaults",
+    "multi_component_estimators",
+    "setting_table",
+]
+
+PRESETS = ("nemo_rl", "trl", "verl")
+TASKS = ("toolcall", "gsm8k", "math", "code")
+ENGINES = ("local", "nemo")
+BATCH_NORMS = ("sample", "token")
+SCALE_REWARDS = ("group", "batch", "none")
+SINGLE_SAMPLE_GROUPS = ("raise", "zero")
+
+
+def estimator_names() -> tuple[str, ...]:
+    """The estimator names gdpo.estimator accepts (gdpo_nemo.advantages' registry)."""
+    return ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
+
+
+def multi_component_estimators() -> tuple[str, ...]:
+    """The estimators that normalize each reward component separately (need >= 2)."""
+    return ("gdpo", "gdpo_no_bn")
+
+
+def _estimator_check(value) -> str | None:
+    names = estimator_names()
+    return None if isinstance(value, str) and value in names else f"one of {list(names)}"
+
+
+def _components_check(value) -> str | None:
+    if value is None or (isinstance(value, list) and value and all(isinstance(n, str) and n for n in value)):
+        return None
+    return "a non-empty list of component names or null"
+
+
+def _weights_check(value) -> str | None:
+    if value is None or (isinstance(value, dict) and all(is_number(w) for w in value.values())):
+        return None
+    return "a mapping {component: number} or null"
+
+
+def setting(default: Any, meaning: str, source: str, check: Check) -> Any:
+    """A dataclass field carrying its documentation (`meaning`, `source`) and its `check`."""
+    metadata = {"meaning": meaning, "source": source, "check": check}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def section(cls, meaning: str, source: str) -> Any:
+    """A dataclass field holding a nested settings class (filled with its defaults)."""
+    return field(default_factory=cls, metadata={"meaning": meaning, "source": source, "section": cls})
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """``gdpo.local.warm_start``: a short supervised fine-tune on the task's reference
+    answers before RL, so a tiny model produces the answer format at all (local engine)."""
+
+    enabled: bool = setting(False, "run the warm start before the first RL step", "ours", boolean)
+    steps: int = setting(10, "optimizer steps of the warm start", "ours", integer(0))
+    lr: float = setting(1e-5, "learning rate of the warm start (AdamW)", "ours", number(0.0))
+    batch_size: int = setting(8, "examples per warm-start step", "ours", integer(1))
+    examples: int = setting(256, "reference examples drawn from the task", "ours", integer(1))
+    seed: int | None = setting(None, "seed of the example draw; null: grpo.seed", "ours", integer(0, nullable=True))
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """``gdpo.local``: what only the local engine reads (one process, CPU or one GPU)."""
+
+    device: str = setting("cpu", "where the engine computes; auto: cuda when torch sees one", "ours", one_of("cpu", "cuda", "auto"))
+    dtype: str = setting("float32", "dtype of the weights", "ours", one_of("float32", "bfloat16"))
+    autocast: str | None = setting(None, "mixed precision of the forward passes (null: none)", "ours", one_of(None, "bfloat16"))
+    deterministic: bool = setting(True, "CUDA: reproducible kernels (the CPU always is)", "ours", boolean)
+    num_threads: int | None = setting(None, "torch CPU threads (null: torch's default)", "ours", integer(1, nullable=True))
+    train_size: int | None = setting(
+        None, "training prompts drawn (null: num_prompts_per_step x steps per epoch)", "ours", integer(1, nullable=True)
+    )
+    data_source: str = setting("offline", "offline: the task's generated set; file: data.*.data_path", "ours", one_of("offline", "file"))
+    task_options: dict = setting({}, "keyword arguments of the task's constructor", "ours", mapping)
+    progress: bool = setting(True, "a progress bar on stderr", "ours", boolean)
+    ignore_eos: bool = setting(False, "every completion runs to max_new_tokens (vLLM's ignore_eos; benchmarks)", "vLLM", boolean)
+    warm_start: WarmStartSettings = section(WarmStartSettings, "supervised warm start before RL", "ours")
+
+
+@dataclass(frozen=True)
+class GdpoSettings:
+    """The ``gdpo:`` block of a run config (docs/interfaces.md, "Run config").
+
+    Identity keys (experiment, task, model_tag, algo) name the run (gdpo_nemo.run_id); the
+    composer sets them from the chosen config groups, and the defaults below serve a
+    hand-written local config. The estimator keys are the arguments of
+    ``gdpo_nemo.advantages.compute_advantages`` of the same names.
+    """
+
+    experiment: str = setting("local", "first part of the run id; the composer writes the experiment's name", "ours", text())
+    task: str = setting("gsm8k", "the task: data, prompt and reward set (gdpo_nemo.tasks)", "paper sec. 3", one_of(*TASKS))
+    model_tag: str = setting("model", "the model's short name in the run id", "ours", text())
+    algo: str = setting("gdpo", "the algorithm's name in the run id (e.g. gdpo_wlen0.5)", "ours", text())
+    estimator: str = setting(
+        "gdpo", "advantage estimator, a name of gdpo_nemo.advantages' registry", "paper Eqs. 1-6", _estimator_check
+    )
+    preset: str | None = setting(
+        "nemo_rl", "whose numerics the null options below take (nemo_rl, trl, verl; null: NeMo RL's defaults)",
+        "NeMo RL / TRL / verl", one_of(*PRESETS, None),
+    )
+    reward_components: list | None = setting(
+        None, "reward components, by name (null: the task's full set)", "paper sec. 3", _components_check
+    )
+    reward_weights: dict | None = setting(
+        None, "{component: weight} (components not named weigh 1; null: all 1)", "paper sec. 3.2", _weights_check
+    )
+    leave_one_out: bool = setting(
+        False, "baseline and std from the other samples of the group", "NeMo RL use_leave_one_out_baseline (RLOO)", boolean
+    )
+    std_ddof: int | None = setting(None, "delta degrees of freedom of every std; null: the preset's (1)", "all peers: 1", one_of(0, 1, None))
+    eps: float | None = setting(
+        None, "added to a non-zero group std; null: the preset's (nemo_rl 1e-6, trl 1e-4, verl 1e-6)",
+        "NeMo RL / TRL / verl", number(0.0, nullable=True),
+    )
+    batch_norm: str = setting(
+        "sample", "GDPO's batch norm per sample, or per token (verl's masked_whiten)", "paper Eq. 6 / verl", one_of(*BATCH_NORMS)
+    )
+    scale_rewards: str = setting(
+        "group", "what the group-centred reward is divided by: group std, batch std (grpo only), or none",
+        "TRL scale_rewards; NeMo RL normalize_rewards false = none", one_of(*SCALE_REWARDS),
+    )
+    single_sample_groups: str | None = setting(
+        None, "a group of one sample: raise, or zero advantage; null: the preset's (nemo_rl zero, else raise)",
+        "NeMo RL", one_of(*SINGLE_SAMPLE_GROUPS, None),
+    )
+    strict: bool = setting(
+        False, "reproduce the preset's peer bit for bit (its float32 formulas and residue); needs a preset",
+        "docs/estimators.md", boolean,
+    )
+    length_limit: float | None = setting(
+        None, "token limit of the length reward (math, code; null: none)", "paper sec. 3.2", number(0.0, nullable=True, above=True)
+    )
+    conditioned_length: bool = setting(
+        False, "length reward only when the answer is correct", "paper sec. 3.2 (conditioned)", boolean
+    )
+    engine: str = setting("local", "which engine runs the config: local or nemo (NeMo RL)", "ours", one_of(*ENGINES))
+    local: LocalSettings = section(LocalSettings, "local-engine-only settings", "ours")
+
+
+def setting_table(cls) -> dict:
+    """{name: (default, check)} of a settings class, a nested dict for each section: the
+    walk the composer's defaults and the local engine's key table are built from."""
+    out = {}
+    for item in fields(cls):
+        nested = item.metadata.get("section")
+        if nested is not None:
+            out[item.name] = setting_table(nested)
+        else:
+            default = item.default if item.default is not MISSING else item.default_factory()
+            out[item.name] = (default, item.metadata["check"])
+    return out
+
+
+def _defaults_of(table: dict) -> dict:
+    return {name: _defaults_of(spec) if isinstance(spec, dict) else spec[0] for name, spec in table.items()}
+
+
+def gdpo_defaults(*, with_local: bool = True) -> dict:
+    """The gdpo block's defaults as a plain dict (`with_local=False`: `local` left empty, as
+    the composer writes it: the local engine fills it)."""
+    out = _defaults_of(setting_table(GdpoSettings))
+    if not with_local:
+        out["local"] = {}
+    return out
+
+
+def describe(cls=GdpoSettings, prefix: str = "gdpo") -> list[tuple[str, Any, str, str]]:
+    """(key path, default, meaning, source) of every setting of `cls`, nested sections
+    flattened: the table docs/interfaces.md shows."""
+    rows = []
+    for item in fields(cls):
+        path = f"{prefix}.{item.name}"
+        nested = item.metadata.get("section")
+        if nested is not None:
+            rows.extend(describe(nested, path))
+        else:
+            default = item.default if item.default is not MISSING else item.default_factory()
+            rows.append((path, default, item.metadata["meaning"], item.metadata["source"]))
+    return rows
+
+
+_GDPO = GdpoSettings()
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """The estimator options of a gdpo block (the fields of `GdpoSettings` that
+    ``compute_advantages`` reads; defaults are GdpoSettings')."""
+
+    estimator: str
+    components: tuple[str, ...]
+    preset: str | None = _GDPO.preset
+    reward_weights: Mapping[str, float] | None = _GDPO.reward_weights
+    leave_one_out: bool = _GDPO.leave_one_out
+    std_ddof: int | None = _GDPO.std_ddof
+    eps: float | None = _GDPO.eps
+    batch_norm: str = _GDPO.batch_norm
+    scale_rewards: str = _GDPO.scale_rewards
+    single_sample_groups: str | None = _GDPO.single_sample_groups
+    strict: bool = _GDPO.strict
+
+    @classmethod
+    def from_gdpo(cls, gdpo: Mapping) -> "EstimatorSettings":
+        """Settings from a (validated) gdpo block; keys it lacks take their defaults."""
+        names = [item.name for item in fields(cls) if item.name not in ("estimator", "components")]
+        given = {name: gdpo[name] for name in names if name in gdpo}
+        if given.get("reward_weights") is not None:
+            given["reward_weights"] = dict(given["reward_weights"])
+        return cls(estimator=gdpo["estimator"], components=tuple(gdpo["reward_components"] or ()), **given)
+
+    def compute_kwargs(self, *, nemo_engine: bool = False) -> dict:
+        """Keyword arguments of ``compute_advantages`` (all but rewards, group ids, token mask).
+
+        nemo_engine: with no preset and single_sample_groups null, a group of one sample gets
+        0 as under NeMo RL's native estimators (the local engine raises: usually wrong groups).
+        """
+        single = self.single_sample_groups
+        if single is None and nemo_engine and self.preset is None:
+            single = "zero"
+        return {
+            "estimator": self.estimator,
+            "preset": self.preset,
+            "reward_weights": dict(self.reward_weights) if self.reward_weights else None,
+            "leave_one_out": self.leave_one_out,
+            "std_ddof": self.std_ddof,
+            "eps": self.eps,
+            "scale_rewards": self.scale_rewards,
+            "single_sample_groups": single,
+            "strict": self.strict,
+        }

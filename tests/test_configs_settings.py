@@ -1,0 +1,113 @@
+"""The gdpo block's typed settings (gdpo_nemo/config/settings.py): one place for its defaults,
+read by the composer, the local engine and the NeMo RL hook alike; the estimator options of
+issue 16 settable from the run config; the whole block validated before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo import config_compose as cc
+from gdpo_nemo.advantages import resolve_options
+from gdpo_nemo.config.settings import EstimatorSettings, GdpoSettings, describe, gdpo_defaults
+from gdpo_nemo.engines.local.config import load_run_config, resolve_and_check
+from gdpo_nemo.engines.nemo.estimators import AdvantageEstimator, create_estimator
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "local" / "tiny.yaml"
+SET_BY_GROUPS = {"experiment", "task", "model_tag", "algo", "estimator", "reward_components", "engine", "local"}
+
+
+def _nemo_settings(config: dict) -> EstimatorSettings:
+    """The settings the NeMo RL hook builds its estimator from (forced to ours)."""
+    config["grpo"]["adv_estimator"]["name"] = "gdpo_no_bn" if config["gdpo"]["estimator"] == "gdpo_no_bn" else "grpo"
+    built = create_estimator(config, lambda master: None)
+    if built is None:  # NeMo RL's native estimator: the hook would not build ours
+        return EstimatorSettings.from_gdpo(config["gdpo"])
+    assert isinstance(built, AdvantageEstimator)
+    return built.settings
+
+
+def test_every_setting_documents_its_meaning_and_source():
+    for path, _default, meaning, source in describe(GdpoSettings):
+        assert path.startswith("gdpo.") and meaning and source, path
+
+
+def test_composed_and_local_configs_take_their_gdpo_defaults_from_the_settings():
+    defaults = gdpo_defaults()
+    composed = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo")["gdpo"]
+    assert {k: v for k, v in composed.items() if k not in SET_BY_GROUPS} == {
+        k: v for k, v in defaults.items() if k not in SET_BY_GROUPS
+    }
+    local, _ = load_run_config(TINY)
+    assert local["gdpo"]["local"]["warm_start"]["steps"] == defaults["local"]["warm_start"]["steps"] == 10
+    for key in ("std_ddof", "eps", "scale_rewards", "single_sample_groups", "strict", "batch_norm"):
+        assert local["gdpo"][key] == composed[key] == defaults[key], key
+
+
+def test_std_ddof_and_eps_default_to_the_presets_so_preset_trl_gives_trls_numerics():
+    assert (gdpo_defaults()["std_ddof"], gdpo_defaults()["eps"]) == (None, None)
+    local = resolve_and_check(cc.compose("gsm8k", "tiny", "gdpo", overrides=["gdpo.preset=trl"]))[0]
+    nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", overrides=["gdpo.preset=trl"])
+    for gdpo in (local["gdpo"], nemo["gdpo"]):
+        kwargs = EstimatorSettings.from_gdpo(gdpo).compute_kwargs()
+        options = resolve_options(kwargs["preset"], std_ddof=kwargs["std_ddof"], eps=kwargs["eps"])
+        # TRL: group eps 1e-4 and batch eps 1e-4 (before: group eps 1e-6 with TRL's batch eps)
+        assert (options.std_ddof, options.eps, options.batch_norm_eps) == (1, 1e-4, 1e-4)
+    plain = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g")
+    assert cc.needs_our_estimator(plain["gdpo"], plain["env"]) is False  # null numerics are NeMo RL's own
+
+
+@pytest.mark.parametrize(
+    "algo, override, value",
+    [
+        ("grpo", "gdpo.scale_rewards=batch", "batch"),
+        ("gdpo", "gdpo.scale_rewards=none", "none"),
+        ("gdpo", "gdpo.single_sample_groups=raise", "raise"),
+    ],
+)
+def test_estimator_options_are_set_from_the_gdpo_block_and_route_the_nemo_run_to_our_estimator(algo, override, value):
+    key = override.split("=")[0].split(".")[1]
+    nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", algo, cluster="nemo_1n1g", overrides=[override])
+    assert cc.needs_our_estimator(nemo["gdpo"], nemo["env"]) is True
+    assert getattr(_nemo_settings(nemo), key) == value
+    local, _ = load_run_config(TINY, [f"gdpo.estimator={algo}", override])
+    assert EstimatorSettings.from_gdpo(local["gdpo"]).compute_kwargs()[key] == value
+
+
+def test_grpo_with_scale_rewards_none_is_nemo_rls_normalize_rewards_false():
+    c = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "grpo", cluster="nemo_1n1g", overrides=["gdpo.scale_rewards=none"])
+    assert c["grpo"]["adv_estimator"]["normalize_rewards"] is False and c["grpo"]["normalize_rewards"] is False
+    assert cc.needs_our_estimator(c["gdpo"], c["env"]) is False
+
+
+def test_strict_is_passed_to_the_estimator_on_both_engines():
+    nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", overrides=["gdpo.strict=true"])
+    assert _nemo_settings(nemo).compute_kwargs(nemo_engine=True)["strict"] is True
+    local, _ = load_run_config(TINY, ["gdpo.strict=true"])
+    assert EstimatorSettings.from_gdpo(local["gdpo"]).compute_kwargs()["strict"] is True
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["gdpo.scale_rewards=batch"], r"gdpo.scale_rewards: 'batch' is TRL's GRPO option"),
+        (["gdpo.strict=true", "gdpo.preset=null"], r"gdpo.strict: true .* needs gdpo.preset"),
+        (["gdpo.strict=true", "gdpo.eps=0.001"], r"gdpo.eps: 0.001 with gdpo.strict true"),
+        (["gdpo.reward_weights={bogus: 2.0}"], r"gdpo.reward_weights: \['bogus'\] name no reward component"),
+    ],
+)
+def test_contradicting_options_are_refused_by_both_engines_at_validation(overrides, message):
+    with pytest.raises(cc.ConfigError, match=message):
+        cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", overrides=overrides)
+    with pytest.raises(cc.ConfigError, match=message):
+        load_run_config(TINY, overrides)  # before any model loads
+
+
+def test_local_engine_refuses_weights_of_unknown_components_before_the_model_loads():
+    # tiny.yaml leaves reward_components null: the task's paper set (format, correctness, integer)
+    with pytest.raises(ValueError, match=r"gdpo.reward_weights: \['length'\] name no reward component"):
+        load_run_config(TINY, ["gdpo.reward_weights={length: 0.5}"])
+    config, _ = load_run_config(TINY, ["gdpo.reward_weights={integer: 0.5}"])
+    assert config["gdpo"]["reward_weights"] == {"integer": 0.5}
