@@ -20,7 +20,7 @@ import time
 import torch
 
 from gdpo_nemo.advantages import compute_advantages
-from gdpo_nemo.advantages_loop import loop_advantages
+from tests.support.advantages_loop import loop_advantages
 
 
 def make_batch(prompts: int, group_size: int, num_rewards: int, seed: int = 0):

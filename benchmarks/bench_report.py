@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_report.py [--runs 60 --steps 500 --metrics 40]
 
-Builds a synthetic dataset (gdpo_nemo.analysis.synthetic), writes it to a parquet cache,
+Builds a synthetic dataset (tests.support.synthetic), writes it to a parquet cache,
 then times what `gdpo-nemo report` does after loading: reading the cache, Tables 1-5, the
 weight ablation and the training summary (Markdown, LaTeX, CSV), the curve and diagnostic
 figures (PNG + PDF) and Fig. 3 (from the committed counts). Prints the figures; asserts no
@@ -27,7 +27,7 @@ def main() -> None:
     from gdpo_nemo.analysis import build
     from gdpo_nemo.analysis.load import read_cache, save_cache
     from gdpo_nemo.analysis.paper import DEFAULT_PAPER_VALUES, load_paper_values
-    from gdpo_nemo.analysis.synthetic import synthetic_dataset
+    from tests.support.synthetic import synthetic_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdpo_nemo.advantages import ESTIMATORS, PRESETS, compute_advantages
-from gdpo_nemo.advantages_loop import loop_advantages
+
+from tests.support.advantages_loop import loop_advantages
 
 NAN = float("nan")
 S3 = math.sqrt(1 / 3)  # Bessel std of [1, 0, 0]

@@ -11,9 +11,10 @@ from gdpo_nemo.analysis.load import load_source
 from gdpo_nemo.analysis.paper import load_paper_values
 from gdpo_nemo.analysis.render import to_latex, to_markdown
 from gdpo_nemo.analysis.stats import bootstrap_interval, summarize
-from gdpo_nemo.analysis.synthetic import run_config, write_eval, write_run_dir
 from gdpo_nemo.analysis.tables import TABLES_BY_KEY, compute_table, training_summary
 from gdpo_nemo.run_id import RunId
+
+from tests.support.synthetic import run_config, write_eval, write_run_dir
 
 PAPER = load_paper_values()
 

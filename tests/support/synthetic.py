@@ -1,8 +1,9 @@
 """Run dirs and datasets with known numbers, in the documented formats.
 
 For the analysis tests (hand-checkable values in the exact on-disk layout of
-docs/interfaces.md and docs/analysis.md) and for benchmarks/bench_report.py (a large
-dataset straight into the parquet cache). Nothing here is used by the report itself.
+docs/interfaces.md and docs/analysis.md, named by gdpo_nemo.rundir) and for
+benchmarks/bench_report.py (a large dataset straight into the parquet cache). Nothing here
+is used by the report itself, so it lives with the tests, not in the package.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
-
+from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import RUN_COLUMNS, Dataset, PROBLEM_COLUMNS, _compact, run_metadata
 from gdpo_nemo.run_id import RunId
 
@@ -36,18 +36,18 @@ def write_run_dir(root: Path, run_id: RunId, rows: list[dict], *, config: dict |
     """A run dir at ``root/<run name>``: config.yaml, metrics.jsonl (`rows`, each with "step"), DONE."""
     folder = Path(root) / run_id.name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(config if config is not None else run_config(run_id)))
-    with (folder / "metrics.jsonl").open("w") as handle:
+    rundir.write_config(folder, config if config is not None else run_config(run_id))
+    with rundir.metrics_path(folder).open("w") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
     if done:
-        (folder / "DONE").write_text("")
+        rundir.mark_done(folder)
     return folder
 
 
 def write_eval(run_dir: Path, run_id: RunId, benchmark: str, step: int, metrics: dict, samples: int = 1) -> Path:
     """One eval file ``<run_dir>/eval/<benchmark>/step_<step>.json`` (docs/analysis.md format)."""
-    path = Path(run_dir) / "eval" / benchmark / f"step_{step}.json"
+    path = rundir.eval_file(run_dir, benchmark, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"run_id": run_id.name, "step": step, "benchmark": benchmark,
                                 "samples": samples, "metrics": metrics}))

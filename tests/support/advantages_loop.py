@@ -1,4 +1,4 @@
-"""A straightforward per-group Python loop computing the same advantages as `advantages.py`.
+"""A straightforward per-group Python loop computing the same advantages as `gdpo_nemo/advantages.py`.
 
 Written independently from the vectorized code, in plain float64 Python, to be the oracle
 of the property tests and the peer of `benchmarks/bench_advantages.py`. Slow on purpose:
