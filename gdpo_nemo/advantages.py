@@ -627,16 +627,15 @@ def _dense_advantages(
     the cancellation scale uses the bound max |x - mean| <= std * sqrt(G - 1).
     Returns float32 [B], or None where the general path must decide (NaN or infinite
     rewards, extreme mean / std ratios)."""
+    divide = form.divide_by_group_std and options.scale_rewards == "group"
     if multi_component:
         parts, part_weights = columns, weights
-        divide = form.divide_by_group_std and options.scale_rewards == "group"
     else:
         weight_list = [float(w) for w in weights.tolist()]
         reward_sum = columns[0] * weight_list[0]
         for column, weight in zip(columns[1:], weight_list[1:]):
             reward_sum.add_(column, alpha=weight)
         parts, part_weights = [reward_sum], weights.new_ones(1)
-        divide = form.divide_by_group_std and options.scale_rewards == "group"
     grouped = [part.view(-1, size) if part.is_contiguous() else part.reshape(-1, size) for part in parts]
     # One [N, G] float64 buffer for all big temporaries: the x^2 of each component, then
     # the weighted sum.
@@ -646,15 +645,18 @@ def _dense_advantages(
         return None
     mean, std, constant = stats
     weight = part_weights.unsqueeze(1)  # [K, 1]
-    factor = weight.expand_as(std).clone()
-    if divide:  # where std is 0 (constant groups) the value stays undivided: it is 0 anyway
-        factor = torch.where(std > 0, torch.reciprocal(std + options.eps) * weight, factor)
-    factor = torch.where(constant, torch.zeros_like(factor), factor)  # exactly 0, residue or not
+    # Exactly 0 for a constant group, residue or not (every std == 0 group is constant, so
+    # elsewhere std > 0 and the division is defined).
+    scaled = torch.reciprocal(std + options.eps) * weight if divide else weight.expand_as(std)
+    factor = torch.where(constant, 0.0, scaled)
     # Added component by component, in this order, as the bound was defined.
     scale = 0.0
     for largest in (factor.abs() * std).amax(dim=1).tolist():
         scale += largest * math.sqrt(size - 1)
-    total = torch.mul(grouped[0], factor[0].unsqueeze(1), out=scratch)
+    if multi_component:
+        total = torch.mul(grouped[0], factor[0].unsqueeze(1), out=scratch)
+    else:  # GRPO's reward sum is our own copy and read no more: scaled in place
+        total = grouped[0].mul_(factor[0].unsqueeze(1))
     shift = factor[0] * mean[0]
     for k in range(1, len(grouped)):
         total.addcmul_(grouped[k], factor[k].unsqueeze(1))
