@@ -131,38 +131,8 @@ def clipped_pg_loss(
     token_level = config.token_level_loss
     normalizer = global_valid_tokens if token_level else global_valid_samples
 
-    beta = config.reference_policy_kl_penalty
-    if beta > 0:
-        if reference_logprobs is None:
-            raise ValueError("loss_fn.reference_policy_kl_penalty > 0 needs reference_logprobs")
-        if config.use_on_policy_kl_approximation:
-            if generation_logprobs is None:
-                raise ValueError("loss_fn.use_on_policy_kl_approximation needs generation_logprobs")
-            weights = torch.exp(logprobs - generation_logprobs)
-        else:
-            weights = torch.exp(logprobs - logprobs.detach())
-        weights = torch.nan_to_num(weights, nan=0.0, posinf=0.0, neginf=0.0)
-        kl = beta * kl_estimate(
-            logprobs,
-            reference_logprobs,
-            config.reference_policy_kl_type,
-            config.kl_input_clamp_value,
-            config.kl_output_clamp_value,
-            weights,
-        )
-        kl_term = _global_mean(kl, mask, normalizer, token_level)
-    else:
-        kl_term = logprobs.new_zeros(())
-
-    if config.force_on_policy_ratio:
-        ratio = torch.exp(logprobs - logprobs.detach())
-        ratio_clamped = ratio
-    elif config.disable_ppo_ratio:
-        ratio = logprobs  # REINFORCE: -A * log pi
-        ratio_clamped = logprobs
-    else:
-        ratio = torch.exp(logprobs - old_logprobs)
-        ratio_clamped = ratio.clamp(1.0 - config.ratio_clip_min, 1.0 + config.ratio_clip_max)
+    kl_term = _kl_penalty(logprobs, reference_logprobs, generation_logprobs, mask, normalizer, config)
+    ratio, ratio_clamped = _probability_ratio(logprobs, old_logprobs, config)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio_clamped
     clip_loss = torch.maximum(unclipped, clipped)
@@ -182,3 +152,43 @@ def clipped_pg_loss(
             "clipped_tokens": float(((clipped > unclipped).to(mask.dtype) * mask).sum()),
         }
     return loss, metrics
+
+
+def _probability_ratio(logprobs: Tensor, old_logprobs: Tensor, config: LossConfig) -> tuple[Tensor, Tensor]:
+    """[N, T] ratio r = pi_theta / pi_old and clip(r, 1 - ratio_clip_min, 1 + ratio_clip_max).
+    `force_on_policy_ratio`: r = exp(logp - sg(logp)) (value 1, gradient of logp), unclipped;
+    `disable_ppo_ratio`: r = logp itself (REINFORCE: the loss is -A * log pi)."""
+    if config.force_on_policy_ratio:
+        ratio = torch.exp(logprobs - logprobs.detach())
+        return ratio, ratio
+    if config.disable_ppo_ratio:
+        return logprobs, logprobs
+    ratio = torch.exp(logprobs - old_logprobs)
+    return ratio, ratio.clamp(1.0 - config.ratio_clip_min, 1.0 + config.ratio_clip_max)
+
+
+def _kl_penalty(logprobs: Tensor, reference_logprobs: Tensor | None, generation_logprobs: Tensor | None,
+                mask: Tensor, normalizer: float, config: LossConfig) -> Tensor:
+    """Scalar beta * KL(pi_theta || pi_ref) term of the loss, averaged like the clipped loss
+    (`_global_mean`); a zero scalar when beta = `reference_policy_kl_penalty` is 0."""
+    beta = config.reference_policy_kl_penalty
+    if beta <= 0:
+        return logprobs.new_zeros(())
+    if reference_logprobs is None:
+        raise ValueError("loss_fn.reference_policy_kl_penalty > 0 needs reference_logprobs")
+    if config.use_on_policy_kl_approximation:
+        if generation_logprobs is None:
+            raise ValueError("loss_fn.use_on_policy_kl_approximation needs generation_logprobs")
+        weights = torch.exp(logprobs - generation_logprobs)
+    else:
+        weights = torch.exp(logprobs - logprobs.detach())
+    weights = torch.nan_to_num(weights, nan=0.0, posinf=0.0, neginf=0.0)
+    kl = beta * kl_estimate(
+        logprobs,
+        reference_logprobs,
+        config.reference_policy_kl_type,
+        config.kl_input_clamp_value,
+        config.kl_output_clamp_value,
+        weights,
+    )
+    return _global_mean(kl, mask, normalizer, config.token_level_loss)
