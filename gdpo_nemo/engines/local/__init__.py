@@ -6,6 +6,7 @@ and metric names, so analysis treats local and cluster runs alike. Modules:
 - `config`: load YAML + overrides, check every key against NeMo RL's schema
 - `models`: `policy.model_name` -> model and tokenizer (builtin:smollm2-135m, builtin:tiny, paths)
 - `warm_start`: the cached supervised warm-start on task demonstrations
+- `prompts`: the task's prompts tokenized once, served in a seeded order
 - `generation`: batched KV-cached sampling of G completions per prompt
 - `loss`: NeMo RL's clipped policy-gradient loss with k3 KL
 - `trainer`: the training loop (sample, score, advantages, ratio, clip, step)

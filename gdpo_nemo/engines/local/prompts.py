@@ -1,0 +1,118 @@
+"""The local engine's prompts: each split's examples with their chat prompts tokenized
+once (`load_prompt_sets`), left-padded into batches (`left_pad`), and served to the steps
+in a seeded order (`DataOrder`, whose position checkpoints save).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PromptSet:
+    """Examples of one split with their chat prompts tokenized (`ids[i]`: list of token ids)."""
+
+    examples: list
+    ids: list
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def tokenize_prompts(tokenizer, examples, *, chat_template_kwargs=None, max_length=None, log=print) -> PromptSet:
+    """Apply the chat template (with the assistant turn opened) to every example; drop
+    prompts longer than `max_length` tokens (`data.max_input_seq_length`) with a note."""
+    kept, ids = [], []
+    for example in examples:
+        text = tokenizer.apply_chat_template(example.messages, tokenize=False, add_generation_prompt=True,
+                                             **(chat_template_kwargs or {}))
+        tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if max_length is not None and len(tokens) > max_length:
+            continue
+        kept.append(example)
+        ids.append(tokens)
+    if len(kept) < len(examples):
+        log(f"dropped {len(examples) - len(kept)} of {len(examples)} prompts longer than data.max_input_seq_length={max_length}")
+    return PromptSet(kept, ids)
+
+
+def left_pad(sequences: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[M, P] ids and mask of token lists, padded on the left."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    return ids, mask
+
+
+@dataclass
+class DataOrder:
+    """Which prompts each step uses: a fresh seeded permutation per epoch (or file order when
+    `data.shuffle` is false); incomplete last batches are dropped, as NeMo RL's loader does.
+    `position` = {"epoch", "offset"} is saved in checkpoints."""
+
+    size: int
+    batch: int
+    shuffle: bool
+    seed: int
+    position: dict = field(default_factory=lambda: {"epoch": 0, "offset": 0})
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Whole batches in one pass over the prompts."""
+        return self.size // self.batch
+
+    def _order(self, epoch: int) -> list:
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def next_batch(self) -> list:
+        """The next `batch` prompt indices; starts the next epoch when fewer are left."""
+        if self.position["offset"] + self.batch > self.size:
+            self.position = {"epoch": self.position["epoch"] + 1, "offset": 0}
+        start = self.position["offset"]
+        indices = self._order(self.position["epoch"])[start:start + self.batch]
+        self.position = {"epoch": self.position["epoch"], "offset": start + self.batch}
+        return indices
+
+
+def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, PromptSet | None, object]:
+    """Train and validation prompts of `gdpo.task` and the task's reward set."""
+    from gdpo_nemo.tasks import get_task
+
+    gdpo, grpo, data = config["gdpo"], config["grpo"], config["data"]
+    local = gdpo["local"]
+    task = get_task(gdpo["task"], **local["task_options"])
+    reward_set = task.reward_set(gdpo["reward_components"], length_limit=gdpo["length_limit"],
+                                 conditioned_length=gdpo["conditioned_length"])
+    seed = grpo["seed"]
+    train_size = local["train_size"] or grpo["num_prompts_per_step"] * math.ceil(grpo["max_num_steps"] / grpo["max_num_epochs"])
+
+    def load(split, limit):
+        if local["data_source"] == "file":
+            section = data.get("train" if split == "train" else "validation") or {}
+            path = section.get("data_path") if isinstance(section, dict) else None
+            if not path:
+                raise ValueError(f"gdpo.local.data_source='file' needs data.{'train' if split == 'train' else 'validation'}.data_path")
+            return task.load(split, source="file", path=path, limit=limit)
+        return task.load(split, source="offline", limit=limit, seed=seed)
+
+    kwargs = dict(chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
+                  max_length=data["max_input_seq_length"], log=log)
+    train_set = tokenize_prompts(tokenizer, load("train", train_size), **kwargs)
+    if len(train_set) < grpo["num_prompts_per_step"]:
+        raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
+                         f"{grpo['num_prompts_per_step']}")
+    wants_validation = grpo["val_period"] > 0 or grpo["val_at_start"] or grpo["val_at_end"]
+    val_set = tokenize_prompts(tokenizer, load("validation", grpo["max_val_samples"]), **kwargs) if wants_validation else None
+    return train_set, val_set, reward_set
+
+
