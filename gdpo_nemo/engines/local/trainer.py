@@ -10,8 +10,14 @@ One training step, as in the paper (and NeMo RL's `grpo_train`):
     6. step       AdamW on each global batch (micro-batches accumulate), grad clipping
 
 `train(config, run_dir)` runs a whole run from a checked config (`config.load_run_config`)
-and writes the run dir of docs/interfaces.md: config.yaml, metrics.jsonl, checkpoints/,
-wandb/, DONE.
+and writes the run dir of docs/interfaces.md (names from gdpo_nemo.rundir): config.yaml,
+metrics.jsonl, checkpoints/, wandb/, DONE. It reads top to bottom as:
+
+    setup       prepare_run_dir, setup -> TrainState (what the steps carry)
+    step        run_step -> train_step: sample (1), score (2), advantages_for (3),
+                update_policy (4-6); step_metrics builds the record
+    validate    validation_due, validate
+    log         log_step: checkpoint, then metrics.jsonl / W&B
 
 Device (`gdpo.local.device`, device.py): the model, the sampling generator, the rollouts,
 rewards, advantages and every batch tensor of steps 1-6 live on it; the data order and the
