@@ -26,17 +26,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-# The run dir's metrics reader lives with the rest of the layout; re-exported here for
-# callers that read what a Tracker wrote.
-from gdpo_nemo.rundir import (  # noqa: F401
-    METRICS_FILE,
-    WANDB_ID_FILE,
-    metrics_path,
-    read_metrics,
-    read_metrics_file,
-    truncate_metrics,
-    wandb_dir,
-)
+from gdpo_nemo.rundir import WANDB_ID_FILE, metrics_path, truncate_metrics, wandb_dir
 
 
 def wandb_mode(enabled: bool) -> str:

@@ -21,7 +21,7 @@ import torch
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config
 from gdpo_nemo.engines.local.trainer import train
-from gdpo_nemo.tracking import read_metrics
+from gdpo_nemo.rundir import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "local" / "tiny.yaml"

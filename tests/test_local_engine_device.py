@@ -22,7 +22,7 @@ from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.generation import sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.models import build_tiny_model
 from gdpo_nemo.engines.local.trainer import train
-from gdpo_nemo.tracking import read_metrics
+from gdpo_nemo.rundir import read_metrics
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (marked gpu)")

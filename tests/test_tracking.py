@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from gdpo_nemo.tracking import Tracker, read_metrics, read_metrics_file, read_wandb_history, wandb_mode
+from gdpo_nemo.rundir import read_metrics, read_metrics_file
+from gdpo_nemo.tracking import Tracker, read_wandb_history, wandb_mode
 
 
 def test_each_log_call_appends_one_json_record_with_its_step(tmp_path):

@@ -62,7 +62,6 @@ DRIVER_SOURCE = "\n".join(
 STARTUP_SLACK_S = 10.0
 # Per-case slack for the driver's own work (fork, reading outputs) within the run deadline.
 PER_CASE_SLACK_S = 0.5
-_SIGXCPU = int(signal.SIGXCPU)
 BACKEND_ENV = "GDPO_NEMO_SANDBOX_BACKEND"
 _SIGKILL = int(signal.SIGKILL)
 

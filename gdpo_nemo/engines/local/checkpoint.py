@@ -22,8 +22,6 @@ import torch
 
 from gdpo_nemo import rundir
 
-CHECKPOINTS = rundir.CHECKPOINTS_DIR
-
 
 def checkpoint_root(run_dir) -> Path:
     return rundir.checkpoints_dir(run_dir)
