@@ -560,6 +560,10 @@ def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) 
 
 
 _DENSE_PREFIX = 1 << 12  # groups larger than this take the general path
+# Samples per chunk of the dense path on CPU: a chunk's three rewards, x^2 and sum (2 MB
+# each) stay in the last-level cache between its passes, and chunks are few enough (4 per
+# 1M samples) that the per-chunk ops cost little.
+_DENSE_CHUNK = 1 << 18
 
 
 # The dense path computes a group's variance as E[x^2] - E[x]^2 (one product-sum per group,
@@ -625,43 +629,51 @@ def _dense_advantages(
     (std + eps); 0 for a constant group): the sum is sum_k f_k x_k minus the per-group
     constant sum_k f_k m_k. Same definitions as the general path (a test compares the two);
     the cancellation scale uses the bound max |x - mean| <= std * sqrt(G - 1).
+    On CPU the groups go through in chunks of about `_DENSE_CHUNK` samples, so that a
+    chunk's rewards are read from memory once and its further passes hit the cache; every
+    per-group value is the same as in one piece.
     Returns float32 [B], or None where the general path must decide (NaN or infinite
     rewards, extreme mean / std ratios)."""
     divide = form.divide_by_group_std and options.scale_rewards == "group"
-    if multi_component:
-        parts, part_weights = columns, weights
-    else:
-        weight_list = [float(w) for w in weights.tolist()]
-        reward_sum = columns[0] * weight_list[0]
-        for column, weight in zip(columns[1:], weight_list[1:]):
-            reward_sum.add_(column, alpha=weight)
-        parts, part_weights = [reward_sum], weights.new_ones(1)
-    grouped = [part.view(-1, size) if part.is_contiguous() else part.reshape(-1, size) for part in parts]
-    # One [N, G] float64 buffer for all big temporaries: the x^2 of each component, then
-    # the weighted sum.
-    scratch = torch.empty_like(grouped[0], memory_format=torch.contiguous_format)
-    stats = _group_statistics(grouped, options, scratch)
-    if stats is None:
-        return None
-    mean, std, constant = stats
-    weight = part_weights.unsqueeze(1)  # [K, 1]
-    # Exactly 0 for a constant group, residue or not (every std == 0 group is constant, so
-    # elsewhere std > 0 and the division is defined).
-    scaled = torch.reciprocal(std + options.eps) * weight if divide else weight.expand_as(std)
-    factor = torch.where(constant, 0.0, scaled)
+    grouped = [column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size) for column in columns]
+    num_groups = grouped[0].shape[0]
+    centred = grouped[0].new_empty((num_groups, size))  # sum_k f_k (x_k - m_k), float64
+    weight_list = [float(w) for w in weights.tolist()]
+    weight = weights.unsqueeze(1) if multi_component else weights.new_ones((1, 1))  # [K, 1]
+    step = max(1, _DENSE_CHUNK // size) if centred.device.type == "cpu" else num_groups
+    scratch = grouped[0].new_empty((min(step, num_groups), size))  # each x^2 in turn
+    largest = weight.new_zeros(weight.shape[0])  # max over groups of |f_k| std_k, per component
+    for start in range(0, num_groups, step):
+        chunk = [values[start : start + step] for values in grouped]
+        total = centred[start : start + step]
+        if not multi_component:  # GRPO: the weighted reward sum, in the output rows
+            torch.mul(chunk[0], weight_list[0], out=total)
+            for values, w in zip(chunk[1:], weight_list[1:]):
+                total.add_(values, alpha=w)
+            chunk = [total]
+        stats = _group_statistics(chunk, options, scratch[: total.shape[0]])
+        if stats is None:
+            return None
+        mean, std, constant = stats
+        # Exactly 0 for a constant group, residue or not (every std == 0 group is constant,
+        # so elsewhere std > 0 and the division is defined).
+        scaled = torch.reciprocal(std + options.eps) * weight if divide else weight.expand_as(std)
+        factor = torch.where(constant, 0.0, scaled)
+        torch.maximum(largest, (factor.abs() * std).amax(dim=1), out=largest)
+        if multi_component:
+            torch.mul(chunk[0], factor[0].unsqueeze(1), out=total)
+        else:  # the reward sum is read no more: scaled in place
+            total.mul_(factor[0].unsqueeze(1))
+        shift = factor[0] * mean[0]
+        for k in range(1, len(chunk)):
+            total.addcmul_(chunk[k], factor[k].unsqueeze(1))
+            shift.addcmul_(factor[k], mean[k])
+        total.sub_(shift.unsqueeze(1))
     # Added component by component, in this order, as the bound was defined.
     scale = 0.0
-    for largest in (factor.abs() * std).amax(dim=1).tolist():
-        scale += largest * math.sqrt(size - 1)
-    if multi_component:
-        total = torch.mul(grouped[0], factor[0].unsqueeze(1), out=scratch)
-    else:  # GRPO's reward sum is our own copy and read no more: scaled in place
-        total = grouped[0].mul_(factor[0].unsqueeze(1))
-    shift = factor[0] * mean[0]
-    for k in range(1, len(grouped)):
-        total.addcmul_(grouped[k], factor[k].unsqueeze(1))
-        shift.addcmul_(factor[k], mean[k])
-    centred = total.sub_(shift.unsqueeze(1)).view(-1)  # sum_k f_k (x_k - m_k), float64
+    for value in largest.tolist():
+        scale += value * math.sqrt(size - 1)
+    centred = centred.view(-1)
     out = torch.empty(centred.shape, dtype=torch.float32, device=centred.device)
     if not form.batch_norm:
         return out.copy_(centred)
