@@ -5,7 +5,7 @@
         [--out RUN_DIR] [--run-id ID] [--step N] [--max-new-tokens T] [--exceed-limit L]
         [--limit N] [--ids ID ...]                                  (BFCL)
 
-Defaults are the paper's evaluation settings (shared/REFERENCE.md): 16 samples per
+Defaults are the paper's evaluation settings (docs/eval.md, the options table): 16 samples per
 question, temperature 0.6, top_p 0.95, 32k new tokens, Exceed over 4,000 tokens; BFCL is
 greedy with one sample (every category, single- and multi-turn). On a CPU pass smaller
 values. Results go to `<RUN_DIR>/eval/<benchmark>/step_<N>.json` (docs/eval.md), which

@@ -1,7 +1,7 @@
 """BFCL-v3 evaluation: our model answers, `bfcl-eval` runs the benchmark and scores it.
 
-`bfcl-eval` 2025.7.17 (the last release that ships BFCL_v3 data, shared/REFERENCE.md
-section 6) pins numpy 1.26 and a dozen API clients, so it lives in its own virtualenv
+`bfcl-eval` 2025.7.17 (the last release that ships BFCL_v3 data; docs/eval.md, "BFCL-v3")
+pins numpy 1.26 and a dozen API clients, so it lives in its own virtualenv
 (`.venv-bfcl`, made by scripts/setup_bfcl.sh; or set ``GDPO_BFCL_PYTHON``). This module, in
 the training environment, starts `bfcl_worker.py` there and serves its model queries with a
 generation backend (HF or vLLM) over a pair of pipes: bfcl-eval's own inference loop (with

@@ -1,4 +1,4 @@
-"""The coding rewards of the paper (shared/REFERENCE.md section 2): pass, bug, conditioned length.
+"""The coding rewards of the paper (its coding experiments; docs/rewards.md): pass, bug, conditioned length.
 
 For each completion, the program is extracted (`extract_program`) and run on the problem's
 test cases in the sandbox (`gdpo_nemo.sandbox`, all programs of a batch in parallel):

@@ -1,7 +1,7 @@
 """GSM8K quick-check rewards: `format`, `correctness`, `integer`, each in {0, 1}.
 
 The three rewards of the GDPO authors' TRL recipe (and NeMo RL's multi-reward math
-example), with the edge semantics of their code (shared/REFERENCE.md section 2):
+example), with the edge semantics of their code (docs/rewards.md, "GSM8K quick check"):
 
 - `format`: 1 if the raw completion matches `^<think>.*?</think>\\n<answer>.*?</answer>$`
   (DOTALL; `$` also matches before one final newline, as Python's `re` does) and `<answer>`

@@ -1,4 +1,4 @@
-"""The length reward of the paper's math and coding experiments (shared/REFERENCE.md section 2).
+"""The length reward of the paper's math and coding experiments (docs/rewards.md, "Math with length").
 
 `length` = 1 if the response has at most `length_limit` tokens, else 0 (paper: l = 4000).
 The conditioned variant (paper Table 4, and the coding experiments) pays 1 only when the

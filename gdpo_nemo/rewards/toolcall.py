@@ -1,7 +1,7 @@
 """Tool-calling rewards: ToolRL's `format` in {0, 1} and `correctness` in [-3, 3].
 
 The reward the GDPO paper trains its tool-calling models with (ToolRL, Qian et al. 2025),
-with the edge semantics of ToolRL's reference code (shared/REFERENCE.md section 2):
+with the edge semantics of ToolRL's reference code (docs/rewards.md, "Tool calling (ToolRL)"):
 
 - the completion is stripped of surrounding whitespace before both checks;
 - `format`: the ground truth's shape (tool_call and/or response present) picks one regex,

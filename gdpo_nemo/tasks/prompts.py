@@ -1,6 +1,7 @@
 """The prompt texts of the offline tasks, written for this project.
 
-The shapes follow the paper's setups (shared/REFERENCE.md section 2): ToolRL's system
+The shapes follow the paper's setups (docs/tasks.md; the answer formats the rewards check are
+in docs/rewards.md): ToolRL's system
 prompt sections (**Available Tools** with JSON parameter schemas, **Output Format**) and
 its `<think>` / `<tool_call>` / `<response>` tags with one JSON object per call line; the
 GSM8K recipe's `<think>` / `<answer>` tags; DeepSeek-R1's "reason step by step ... within

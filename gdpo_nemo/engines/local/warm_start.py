@@ -1,7 +1,7 @@
 """Supervised warm-start: a short pass on demonstrations so RL starts with reward variance.
 
 Why: SmolLM2-135M-Instruct follows the paper's `<think>...</think>\\n<answer>N</answer>`
-format 0 of 32 times out of the box (shared/REFERENCE.md section 7), so binary format
+format 0 of 32 times out of the box (docs/local_engine.md, "The warm-start"), so binary format
 rewards are constant in every group and give GRPO and GDPO nothing to learn from. The
 paper's base models start at a low but non-zero rate (Qwen2.5-1.5B: 4.7% correct format on
 BFCL). A few supervised steps on demonstrations written by our own code (`task.demonstration`)
