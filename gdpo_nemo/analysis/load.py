@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import PROBLEM_COLUMNS, Dataset, _compact, assemble
 
 CACHE_VERSION = 1
@@ -28,7 +29,7 @@ DEFAULT_CACHE = Path(".cache") / "analysis"
 def _fingerprint(root: Path) -> str:
     digest = hashlib.sha256()
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "checkpoints")
+        dirs[:] = sorted(d for d in dirs if d != rundir.CHECKPOINTS_DIR)  # weights: large, never read
         for name in sorted(files):
             path = Path(folder, name)
             try:
