@@ -188,20 +188,33 @@ def iter_wandb_records(path) -> Iterator[bytes]:
             pending = b""
 
 
+def iter_wandb_messages(path) -> Iterator:
+    """Every complete record of a W&B run file ``run-<id>.wandb`` as W&B's own protobuf
+    message (``wandb.proto.wandb_internal_pb2.Record``; its ``record_type`` says which
+    kind: run, config, history, exit, ...). Framing as `iter_wandb_records`."""
+    from wandb.proto import wandb_internal_pb2
+
+    for payload in iter_wandb_records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        yield record
+
+
+def wandb_items(items) -> dict:
+    """The ``{key: value}`` of a W&B record's items (a history row, a config update): a nested
+    key joins with "/", each value is decoded from its JSON (kept as text if it is not JSON)."""
+    decoded = {}
+    for item in items:
+        key = "/".join(item.nested_key) if len(item.nested_key) else item.key
+        try:
+            decoded[key] = json.loads(item.value_json)
+        except ValueError:
+            decoded[key] = item.value_json
+    return decoded
+
+
 def read_wandb_history(wandb_file) -> list[dict]:
     """The history rows (`wandb.log` calls) of an offline W&B run file `run-<id>.wandb`,
     decoded with W&B's own protobuf schema: `[{"_step": N, "<key>": value, ...}, ...]`."""
-    from wandb.proto import wandb_internal_pb2
-
-    rows = []
-    for payload in iter_wandb_records(wandb_file):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
-        if record.WhichOneof("record_type") != "history":
-            continue
-        row = {}
-        for item in record.history.item:
-            key = item.key or "/".join(item.nested_key)
-            row[key] = json.loads(item.value_json)
-        rows.append(row)
-    return rows
+    return [wandb_items(record.history.item) for record in iter_wandb_messages(wandb_file)
+            if record.WhichOneof("record_type") == "history"]

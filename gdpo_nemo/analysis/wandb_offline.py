@@ -1,29 +1,18 @@
 """Runs from W&B offline run files (``wandb/offline-run-*/run-<id>.wandb``).
 
-The file format is decoded by `gdpo_nemo.tracking.iter_wandb_records` (the module that
-writes these runs); read here: the ``run`` record (name, group, config), ``config``
+The file format and its items are decoded by `gdpo_nemo.tracking.iter_wandb_messages` and
+`wandb_items` (the module that writes these runs, and the one decoder); read here: the ``run`` record (name, group, config), ``config``
 updates, ``history`` records (one per logged step, ``_step`` among its items) and the
 ``exit`` record.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gdpo_nemo.analysis.frame import RunLog
 from gdpo_nemo.run_id import RunId
-from gdpo_nemo.tracking import iter_wandb_records
-
-def _item_key(item) -> str:
-    return "/".join(item.nested_key) if len(item.nested_key) else item.key
-
-
-def _decode(value_json: str):
-    try:
-        return json.loads(value_json)
-    except ValueError:
-        return value_json
+from gdpo_nemo.tracking import iter_wandb_messages, wandb_items
 
 
 def read_offline_run(path: str | Path) -> RunLog:
@@ -32,34 +21,26 @@ def read_offline_run(path: str | Path) -> RunLog:
     The run id comes from the config's ``gdpo`` block and ``grpo.seed`` when present, else
     from the W&B run name (``RunId.parse``); ValueError when neither names a run.
     """
-    from wandb.proto import wandb_internal_pb2 as pb
-
     name, group = "", ""
     config: dict = {}
     rows: dict[int, dict] = {}
     status = "unfinished"
     next_step = 0
-    for raw in iter_wandb_records(path):
-        record = pb.Record()
-        record.ParseFromString(raw)
+    for record in iter_wandb_messages(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             name = record.run.display_name or name
             group = record.run.run_group or group
-            for item in record.run.config.update:
-                config[_item_key(item)] = _decode(item.value_json)
+            config.update(wandb_items(record.run.config.update))
         elif kind == "config":
-            for item in record.config.update:
-                config[_item_key(item)] = _decode(item.value_json)
+            config.update(wandb_items(record.config.update))
         elif kind == "history":
-            values = {_item_key(item): item.value_json for item in record.history.item}
-            step = int(_decode(values["_step"])) if "_step" in values else (
+            values = wandb_items(record.history.item)
+            step = int(values["_step"]) if "_step" in values else (
                 record.history.step.num if record.history.HasField("step") else next_step)
             next_step = step + 1
             row = rows.setdefault(step, {})
-            for key, value_json in values.items():
-                if not key.startswith("_"):
-                    row[key] = _decode(value_json)
+            row.update({key: value for key, value in values.items() if not key.startswith("_")})
         elif kind == "exit":
             status = "finished" if record.exit.exit_code == 0 else "crashed"
     config.pop("_wandb", None)
