@@ -1,13 +1,16 @@
 """The `gdpo-nemo` command.
 
-Each subcommand lives in the module that owns its logic; this file only maps names to
-modules. A command module exposes two functions:
+Each subcommand is a module of gdpo_nemo.commands (its flags and the call into the module
+that owns the work); this file only maps names to modules. A command module exposes two
+functions:
 
     add_arguments(parser: argparse.ArgumentParser) -> None   # must be cheap: no torch import
     run(args: argparse.Namespace) -> int                      # exit code
 
 Modules are imported only when their subcommand is chosen (or for `--help`), so
-`gdpo-nemo score` does not pay for importing torch or transformers.
+`gdpo-nemo score` does not pay for importing torch or transformers. A ValueError out of a
+command is bad input: one line `gdpo-nemo <command>: error: <message>` on stderr, exit 2
+(gdpo_nemo.commands.args).
 """
 
 from __future__ import annotations
@@ -16,26 +19,31 @@ import argparse
 import importlib
 import sys
 
+from gdpo_nemo.commands.args import BAD_INPUT, report_error
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "advantage-groups": ("gdpo_nemo.collapse_cli", "count distinct advantage groups (paper Fig. 3)"),
-    "collapse-figures": ("gdpo_nemo.collapse_figures", "regenerate paper Fig. 2 table and Fig. 3 plots"),
-    "score": ("gdpo_nemo.rewards.score_cli", "score a JSONL file of completions with a task's rewards"),
+    "advantage-groups": ("gdpo_nemo.commands.advantage_groups", "count distinct advantage groups (paper Fig. 3)"),
+    "collapse-figures": ("gdpo_nemo.commands.collapse_figures", "regenerate paper Fig. 2 table and Fig. 3 plots"),
+    "score": ("gdpo_nemo.commands.score", "score a JSONL file of completions with a task's rewards"),
     "train": ("gdpo_nemo.engines.local.cli", "train one run on the local engine from a run config"),
     "quickstart": ("gdpo_nemo.engines.local.quickstart", "GRPO vs GDPO on the embedded CPU default"),
     "config": ("gdpo_nemo.config_cli", "compose, show and list the paper's run configs"),
     "sweep": ("gdpo_nemo.sweep", "render, submit, watch and cancel a Slurm sweep"),
-    "report": ("gdpo_nemo.report", "regenerate the paper's tables and figures from logs"),
-    "eval": ("gdpo_nemo.eval_cli", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
+    "report": ("gdpo_nemo.commands.report", "regenerate the paper's tables and figures from logs"),
+    "eval": ("gdpo_nemo.commands.eval", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
 }
 
 
 def _load(name: str):
+    """The command module of subcommand `name` (imported now)."""
     module_name, _ = COMMANDS[name]
     return importlib.import_module(module_name)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The `gdpo-nemo` parser; only the subcommand `only` (every one when None) gets its
+    flags, so only its module is imported."""
     parser = argparse.ArgumentParser(
         prog="gdpo-nemo",
         description="GDPO vs GRPO on NeMo RL and on a CPU local engine.",
@@ -55,6 +63,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run `gdpo-nemo ARGV`; the exit code (gdpo_nemo.commands.args: 0, 1 failed, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     only = chosen if chosen in COMMANDS else None
@@ -67,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(_load(args.command).run(args) or 0)
     except ValueError as err:
         # Bad input (a key, a file, an option): one clear line, no traceback.
-        print(f"gdpo-nemo {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return report_error(f"gdpo-nemo {args.command}", err, BAD_INPUT)
 
 
 if __name__ == "__main__":

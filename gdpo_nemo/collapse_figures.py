@@ -1,6 +1,6 @@
 """Paper Fig. 2 (toy table) and Fig. 3 (distinct advantage groups vs G and vs n).
 
-`gdpo-nemo collapse-figures [--out paper_figures/]` writes
+`gdpo-nemo collapse-figures [--out paper_figures/]` (gdpo_nemo.commands.collapse_figures) writes
   fig2_toy.md                           n=2, G=2: distinct groups per estimator
   fig3_advantage_groups.{png,pdf}       left: n=2, G=2..16; right: G=4, n=1..6
   fig3_advantage_groups.json            the plotted counts, with "exact" or "sampled" per point
@@ -9,7 +9,6 @@ Sampled points (settings too large to enumerate) are drawn hollow: they are lowe
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -107,14 +106,3 @@ def write_collapse_figures(out_dir: Path, *, samples: int = 100_000, max_enumera
     data.write_text(json.dumps(counts, indent=1) + "\n")
     return [toy, data, *plot_fig3(counts, out_dir / "fig3_advantage_groups")]
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="paper_figures", help="output folder (default paper_figures/)")
-    parser.add_argument("--samples", type=int, default=100_000, help="random groups per sampled point")
-    parser.add_argument("--max-enumerate", type=int, default=None, help="exact enumeration limit (default 1000000: every point exact)")
-
-
-def run(args: argparse.Namespace) -> int:
-    for path in write_collapse_figures(Path(args.out), samples=args.samples, max_enumerate=args.max_enumerate):
-        print(path)
-    return 0

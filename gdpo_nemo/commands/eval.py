@@ -11,19 +11,22 @@ greedy with one sample (every category, single- and multi-turn). On a CPU pass s
 values. Results go to `<RUN_DIR>/eval/<benchmark>/step_<N>.json` (docs/eval.md), which
 `gdpo-nemo report` reads.
 When `--model` is a local-engine checkpoint `<run_dir>/checkpoints/step_<N>`, RUN_DIR and
-N default to that run and step.
+N default to that run and step. The work is gdpo_nemo.evaluation; this module reads and
+checks the flags.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from gdpo_nemo.commands.args import FAILED, key_value, report_error
 
 PAPER_DEFAULTS = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768, "exceed_limit": 4000}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `eval` flags (cheap: imports nothing heavy)."""
     parser.add_argument("--task", required=True, choices=("toolcall", "math", "code"))
     parser.add_argument("--model", required=True, help="builtin:smollm2-135m, a checkpoint dir, or a hub name")
     parser.add_argument("--benchmarks", nargs="+", default=None,
@@ -51,13 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _files(pairs: list) -> dict:
-    files = {}
-    for pair in pairs:
-        name, sep, path = pair.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--file {pair!r}: expected NAME=PATH, e.g. --file aime=data/aime24.jsonl")
-        files[name] = path
-    return files
+    """`--file NAME=PATH` arguments -> {benchmark name: path}."""
+    return dict(key_value(pair, flag="--file", form="NAME=PATH", example="aime=data/aime24.jsonl") for pair in pairs)
 
 
 def _run_id(out: Path, given: str | None) -> str | None:
@@ -74,6 +72,9 @@ def _run_id(out: Path, given: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the options (ValueError, before a model is loaded), then run the benchmarks:
+    gdpo_nemo.evaluation.runner (math, code) or gdpo_nemo.evaluation.bfcl (toolcall).
+    1 when every benchmark failed."""
     from gdpo_nemo.evaluation.backends import make_backend, resolve_model
 
     for key in ("samples", "max_new_tokens", "limit", "batch_size"):
@@ -116,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
                                     temperature=args.temperature if args.temperature is not None else 0.0,
                                     threads=args.batch_size)
         except RuntimeError as err:  # bfcl-eval's process failed: its log is named in the message
-            print(f"gdpo-nemo eval: bfcl: {err}", file=sys.stderr)
-            return 1
+            return report_error("gdpo-nemo eval", f"bfcl: {err}", FAILED)
     else:
         samples = args.samples or PAPER_DEFAULTS["samples"]
         results = run_benchmarks(

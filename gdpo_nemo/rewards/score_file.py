@@ -1,4 +1,5 @@
-"""`gdpo-nemo score`: score a JSONL file of completions with a task's reward set.
+"""Score a JSONL file of completions with a task's reward set (`gdpo-nemo score`, whose
+flags are gdpo_nemo.commands.score).
 
 Each input row is a JSON object with `completion` and `ground_truth` (code: `tests`, and
 `ground_truth` is ignored), optionally `num_tokens` (the completion's length from your
@@ -7,40 +8,22 @@ plus `"rewards": {name: value}`. A bad row (not JSON, a missing or mistyped fiel
 unusable ground truth) is reported on stderr as `line N: what is wrong`, written with every
 component at its lowest declared value and an `"error"` field, and never stops the file;
 a line that is not a JSON object is written as `{"line": N, "raw": text, ...}`.
-Blank lines are skipped, and so is a UTF-8 byte order mark. A summary line (rows, bad rows, mean of each reward over all rows
-written) ends the run on stderr. Exit code: 0 all rows good, 1 some rows bad (the output is still
-complete), 2 the command could not run (bad arguments, unreadable input, an output that is
-the input under another name, or a code task whose sandbox cannot run).
+Blank lines are skipped, and so is a UTF-8 byte order mark. `score_file` returns the counts
+and the mean of each reward over all rows written (the command prints them as its summary
+line); it raises ValueError before reading anything when the input is missing or the output
+is the input under another name, and ScoringStopped when a code task's sandbox cannot run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK_ROWS = 256
-TASK_CHOICES = ("toolcall", "gsm8k", "math", "code")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `score` options (cheap: imports nothing heavy)."""
-    parser.add_argument("--task", required=True, choices=TASK_CHOICES, help="which task's rewards to apply")
-    parser.add_argument("input", metavar="IN.jsonl", help="rows with completion, ground_truth (code: tests); '-' reads stdin")
-    parser.add_argument(
-        "-o", "--output", metavar="OUT.jsonl",
-        help="where to write scored rows; default IN.scored.jsonl beside the input ('-': stdout)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--components", metavar="A,B",
-        help="comma-separated component names in order (default: the task's paper set)",
-    )  # fmt: skip
-    parser.add_argument("--length-limit", type=int, metavar="L", help="token limit of the length reward (default 4000 for math/code)")
-    parser.add_argument("--conditioned-length", action="store_true", help="length pays only correct answers (always on for code)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def default_output_path(input_path: str) -> str:
@@ -163,37 +146,41 @@ def _count_lines(path: str) -> int | None:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Score args.input; see the module docstring for the row format and exit codes."""
+class ScoringStopped(RuntimeError):
+    """The file could not be scored to its end for a reason no row is at fault for (a code
+    task's sandbox cannot run here); the message says how many rows were written."""
+
+
+@dataclass(frozen=True)
+class ScoreSummary:
+    """What one scored file came to: rows written, rows with an error, and the mean of each
+    reward component over all rows written ({} when there were none)."""
+
+    rows: int
+    bad_rows: int
+    means: dict[str, float]
+
+
+def score_file(reward_set, input_path: str, output_path: str, *, progress: bool = True) -> ScoreSummary:
+    """Score every row of `input_path` ('-': stdin) with `reward_set` into `output_path`
+    ('-': stdout), `CHUNK_ROWS` rows per batch; each bad row is reported on stderr as
+    `line N: what is wrong` and still written (see the module docstring). Raises ValueError
+    before anything is read (missing input, output that is the input), ScoringStopped when
+    the sandbox breaks midway."""
     from tqdm import tqdm
 
-    from gdpo_nemo.rewards import get_reward_set
-
-    components = None
-    if args.components:
-        components = [name.strip() for name in args.components.split(",") if name.strip()]
-    try:
-        reward_set = get_reward_set(
-            args.task, components, length_limit=args.length_limit, conditioned_length=args.conditioned_length
-        )
-    except ValueError as err:
-        print(f"gdpo-nemo score: {err}", file=sys.stderr)
-        return 2
-    if args.input != "-" and not Path(args.input).is_file():
-        print(f"gdpo-nemo score: input file {args.input!r} does not exist", file=sys.stderr)
-        return 2
-    output_path = args.output or default_output_path(args.input)
-    if output_path != "-" and args.input != "-" and _same_file(output_path, args.input):
-        print(f"gdpo-nemo score: output {output_path!r} would overwrite the input; pass another -o", file=sys.stderr)
-        return 2
-
+    if input_path != "-" and not Path(input_path).is_file():
+        raise ValueError(f"input file {input_path!r} does not exist")
+    if output_path != "-" and input_path != "-" and _same_file(output_path, input_path):
+        raise ValueError(f"output {output_path!r} would overwrite the input; pass another -o")
+    task = reward_set.task
     scorer = _Scorer(reward_set)
     names = reward_set.names
     totals = {name: 0.0 for name in names}
     rows_done = bad_rows = 0
-    source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    source = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")
     sink = sys.stdout.buffer if output_path == "-" else open(output_path, "wb")
-    bar = tqdm(total=_count_lines(args.input), unit="row", file=sys.stderr, disable=True if args.no_progress else None, desc="score")
+    bar = tqdm(total=_count_lines(input_path), unit="row", file=sys.stderr, disable=None if progress else True, desc="score")
 
     def flush(pending: list[tuple[int, dict, str | None]]) -> None:
         nonlocal rows_done, bad_rows
@@ -218,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         pending: list[tuple[int, dict, str | None]] = []
         for number, row, problem in _read_rows(source):
             if problem is None:
-                problem = _row_problem(row, args.task)
+                problem = _row_problem(row, task)
             pending.append((number, row, problem))
             if len(pending) >= CHUNK_ROWS:
                 flush(pending)
@@ -228,8 +215,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as err:
         if type(err).__name__ != "SandboxError":
             raise
-        print(f"gdpo-nemo score: the sandbox cannot run programs here ({err}); {rows_done} rows written", file=sys.stderr)
-        return 2
+        raise ScoringStopped(f"the sandbox cannot run programs here ({err}); {rows_done} rows written") from None
     finally:
         bar.close()
         if source is not sys.stdin.buffer:
@@ -238,11 +224,5 @@ def run(args: argparse.Namespace) -> int:
             sink.close()
         else:
             sink.flush()
-
-    means = " ".join(f"{name}={totals[name] / rows_done:.4f}" for name in names) if rows_done else "(no rows)"
-    where = "stdout" if output_path == "-" else output_path
-    print(
-        f"scored {rows_done} rows ({bad_rows} bad) with {reward_set.task} rewards -> {where}; mean over all rows: {means}",
-        file=sys.stderr,
-    )
-    return 1 if bad_rows else 0
+    means = {name: totals[name] / rows_done for name in names} if rows_done else {}
+    return ScoreSummary(rows_done, bad_rows, means)

@@ -5,12 +5,15 @@
 
 Sources: ``wandb:ENTITY/PROJECT`` (public API, progress bar per run downloaded) or a folder
 of run dirs / NeMo RL log dirs / W&B offline files / eval results (docs/analysis.md).
+The work is gdpo_nemo.analysis (load_source, build_report); this module reads the flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from gdpo_nemo.commands.args import FAILED, key_value, report_error
 
 
 def _seeds(text: str) -> list[int]:
@@ -25,6 +28,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `report` flags (cheap: imports nothing heavy)."""
     parser.add_argument("--source", action="append", required=True, metavar="SOURCE",
                         help="wandb:ENTITY/PROJECT or a folder of runs (repeatable: runs are pooled and checked for duplicates)")
     parser.add_argument("--experiment", default=None, help="keep only runs of this experiment (filters the W&B download)")
@@ -45,26 +49,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Load the sources, build the report into --out; 1 when no run was found (the problems
+    are printed), 2 on bad input (ValueError)."""
     from pathlib import Path
 
     from gdpo_nemo.analysis.build import build_report
     from gdpo_nemo.analysis.load import load_source
     from gdpo_nemo.analysis.paper import DEFAULT_PAPER_VALUES, load_paper_values
 
-    model_map = {}
-    for item in args.model_map:
-        if "=" not in item:
-            raise ValueError(f"--model-map {item!r}: expected TAG=KEY")
-        tag, key = item.split("=", 1)
-        model_map[tag] = key
+    model_map = dict(key_value(item, flag="--model-map", form="TAG=KEY", example="qwen1.5b=qwen2.5-1.5b")
+                     for item in args.model_map)
     paper = load_paper_values(args.paper_values, model_map)
     dataset = load_source(args.source, experiment=args.experiment, group=args.group,
                           cache_dir=None if args.no_cache else args.cache, refresh=args.refresh, progress=not args.quiet)
     if dataset.runs.empty:
         for detail in dataset.problems["detail"]:
             print(f"gdpo-nemo report: {detail}", file=sys.stderr)
-        print("gdpo-nemo report: no runs to report; nothing written", file=sys.stderr)
-        return 1
+        return report_error("gdpo-nemo report", "no runs to report; nothing written", FAILED)
     default_counts = DEFAULT_PAPER_VALUES.parent / "fig3_advantage_groups.json"
     counts = Path(args.fig3_counts) if args.fig3_counts else (default_counts if default_counts.exists() else None)
     written = build_report(dataset, args.out, paper, source_label=" + ".join(args.source), smooth=args.smooth,

@@ -1,4 +1,8 @@
-"""`gdpo-nemo advantage-groups`: count distinct advantage groups for (estimator, n, G)."""
+"""`gdpo-nemo advantage-groups`: count distinct advantage groups for (estimator, n, G).
+
+The counting is gdpo_nemo.collapse.count_advantage_groups; this module reads the flags and
+prints the table (or one JSON object per estimator with ``--json``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `advantage-groups` flags (cheap: imports no torch)."""
     parser.add_argument("--num-rewards", "-n", type=int, required=True, help="number of binary reward components n")
     parser.add_argument("--group-size", "-G", type=int, required=True, help="rollouts per prompt G (>= 2)")
     parser.add_argument(
@@ -28,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Count each estimator's distinct groups and print them; an unknown estimator raises
+    ValueError (exit 2)."""
     from gdpo_nemo.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
     from gdpo_nemo.collapse_figures import fig3_estimators
 
