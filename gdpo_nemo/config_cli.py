@@ -65,7 +65,7 @@ def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
             overrides.append(item)
     missing = [key for key in ("task", "model", "algo") if key not in choices]
     if missing:
-        from gdpo_nemo.config_compose import group_options
+        from gdpo_nemo.config import group_options
 
         hints = "; ".join(f"{key}= one of {group_options(key)}" for key in missing)
         raise ValueError(f"config show needs {', '.join(k + '=' for k in missing)}: {hints}")
@@ -77,10 +77,10 @@ def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from gdpo_nemo import config_compose
+    from gdpo_nemo import config as run_config
 
     choices, overrides = _parse_show_items(args.items)
-    config = config_compose.compose(
+    config = run_config.compose(
         choices["task"],
         choices["model"],
         choices["algo"],
@@ -93,7 +93,7 @@ def _show(args: argparse.Namespace) -> int:
 
     if config["gdpo"]["engine"] == "nemo":
         refuse_what_nemo_rl_refuses({"config": config}, getattr(args, "nemo_rl_python", None))
-    text = config_compose.dump(config)
+    text = run_config.dump(config)
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(text)
@@ -104,21 +104,21 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from gdpo_nemo import config_compose
+    from gdpo_nemo import config as run_config
 
     if args.experiment:
-        for spec in config_compose.load_experiment(args.experiment):
+        for spec in run_config.load_experiment(args.experiment):
             extra = f"  [{' '.join(spec.overrides)}]" if spec.overrides and args.experiment != "smoke" else ""
             print(f"{spec.run_id.name}  task={spec.task} model={spec.model} algo={spec.algo} cluster={spec.cluster}{extra}")
         return 0
-    experiments = config_compose.list_experiments()
+    experiments = run_config.list_experiments()
     width = max((len(name) for name in experiments), default=0)
     print("experiments (gdpo-nemo config list NAME shows the runs):")
     for name, description in experiments.items():
         print(f"  {name:<{width}}  {description}")
     print("config groups (configs/):")
-    for group in config_compose.GROUPS:
-        print(f"  {group}: {', '.join(config_compose.group_options(group))}")
+    for group in run_config.GROUPS:
+        print(f"  {group}: {', '.join(run_config.group_options(group))}")
     return 0
 
 

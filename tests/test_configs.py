@@ -1,4 +1,4 @@
-"""Specification of the config tree, its composition and validation (gdpo_nemo.config_compose).
+"""Specification of the config tree, its composition and validation (gdpo_nemo.config).
 
 Every experiment of the paper composes and validates; the paper's hyperparameters land on
 NeMo RL's keys; gdpo.estimator maps onto grpo.adv_estimator; bad input fails before anything
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gdpo_nemo import config_compose as cc
-from gdpo_nemo import nemo_schema
+from gdpo_nemo import config as cc
+from gdpo_nemo.config import nemo_keys as nemo_schema
 from gdpo_nemo.run_id import RunId
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 
 PAPER_EXPERIMENTS = ("toolcall", "math", "math_conditioned_length", "coding", "gsm8k")
 SMOKE_FILE = Path(__file__).resolve().parents[1] / "experiments" / "smoke.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from gdpo_nemo.advantages import resolve_options
 from gdpo_nemo.config.settings import EstimatorSettings, GdpoSettings, describe, gdpo_defaults
 from gdpo_nemo.engines.local.config import load_run_config, resolve_and_check

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.rundir import read_metrics
 

@@ -10,7 +10,7 @@ ours, and says why in the run's log.
 import pytest
 import torch
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from gdpo_nemo.engines.nemo.estimators import AdvantageEstimator, create_estimator
 
 

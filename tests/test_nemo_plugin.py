@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from gdpo_nemo.advantages import compute_advantages
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo import data, metrics, plugin, run

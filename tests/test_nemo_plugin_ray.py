@@ -18,7 +18,7 @@ import pytest
 import ray
 import torch
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
 
 REPO = Path(__file__).resolve().parents[1]

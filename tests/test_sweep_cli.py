@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gdpo_nemo import cli
-from gdpo_nemo.config_compose import load_experiment
+from gdpo_nemo.config import load_experiment
 from gdpo_nemo.run_id import RunId
 from gdpo_nemo.sweep.manifest import Manifest
 from gdpo_nemo.sweep.plan import RunPlan, SweepLayout, write_plans

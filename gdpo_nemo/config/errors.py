@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "first_line"]
 
 
 class ConfigError(ValueError):
@@ -20,3 +20,9 @@ class ConfigError(ValueError):
         else:
             message = f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems)
         super().__init__(message)
+
+
+def first_line(err: Exception) -> str:
+    """The first line of an exception's message (a library's multi-line error), or its type."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__

@@ -33,7 +33,9 @@ __all__ = [
     "LocalSettings",
     "WarmStartSettings",
     "describe",
+    "estimator_check",
     "estimator_names",
+    "estimator_registry",
     "gdpo_defaults",
     "multi_component_estimators",
     "setting_table",
@@ -47,17 +49,28 @@ SCALE_REWARDS = ("group", "batch", "none")
 SINGLE_SAMPLE_GROUPS = ("raise", "zero")
 
 
+def estimator_registry():
+    """{name: EstimatorInfo} of gdpo_nemo.advantages' registry, the one list of estimators
+    (imported on first use: it imports torch)."""
+    from gdpo_nemo.advantages import ESTIMATORS
+
+    return ESTIMATORS
+
+
 def estimator_names() -> tuple[str, ...]:
-    """The estimator names gdpo.estimator accepts (gdpo_nemo.advantages' registry)."""
-    return ("grpo", "grpo_no_std", "gdpo", "gdpo_no_bn")
+    """The estimator names gdpo.estimator accepts: the registry's, NeMo RL's own estimators
+    first (in registration order), then those only gdpo_nemo's hook computes."""
+    registry = estimator_registry()
+    return tuple(sorted(registry, key=lambda name: registry[name].nemo_rl is None))
 
 
 def multi_component_estimators() -> tuple[str, ...]:
     """The estimators that normalize each reward component separately (need >= 2)."""
-    return ("gdpo", "gdpo_no_bn")
+    return tuple(name for name, info in estimator_registry().items() if info.multi_component)
 
 
-def _estimator_check(value) -> str | None:
+def estimator_check(value) -> str | None:
+    """None for a registered estimator name, else the accepted names."""
     names = estimator_names()
     return None if isinstance(value, str) and value in names else f"one of {list(names)}"
 
@@ -134,7 +147,7 @@ class GdpoSettings:
     model_tag: str = setting("model", "the model's short name in the run id", "ours", text())
     algo: str = setting("gdpo", "the algorithm's name in the run id (e.g. gdpo_wlen0.5)", "ours", text())
     estimator: str = setting(
-        "gdpo", "advantage estimator, a name of gdpo_nemo.advantages' registry", "paper Eqs. 1-6", _estimator_check
+        "gdpo", "advantage estimator, a name of gdpo_nemo.advantages' registry", "paper Eqs. 1-6", estimator_check
     )
     preset: str | None = setting(
         "nemo_rl", "whose numerics the null options below take (nemo_rl, trl, verl; null: NeMo RL's defaults)",

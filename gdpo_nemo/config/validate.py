@@ -1,12 +1,19 @@
-"""Checks of the gdpo block that both engines run before any work.
+"""The whole run config validated once, before any work, on both engines.
 
-`gdpo_problems(gdpo)` checks every key against its settings check (gdpo_nemo/config/settings.py)
-and then the combinations no single key shows: the reward set against the task, weights
-that name no component, GDPO's need for two components, and the estimator options that only
-make sense together (scale_rewards "batch" is GRPO's, strict needs a preset and takes the
-preset's numbers, token batch norm is GDPO's). The composer's `validate` and the local
-engine's `check_config` both call it, so a config is refused the same way, by key path,
-whichever engine it is meant for.
+`validate(config)` (the composer, `load_config_file`, the NeMo RL entry point, the sweep)
+checks, and reports every problem by key path in one ConfigError:
+
+- NeMo RL's key tree (gdpo_nemo/config/nemo_keys.py: unknown, missing, mistyped keys);
+- the gdpo block (`gdpo_problems`): each key against its settings check
+  (gdpo_nemo/config/settings.py), then what no single key shows: the reward set against
+  the task, weights that name no component, GDPO's need for two components, and estimator
+  options that only make sense together (scale_rewards "batch" is GRPO's, strict needs a
+  preset and takes its numbers, token batch norm is GDPO's);
+- grpo.adv_estimator against the gdpo block, our environment and dataset blocks against the
+  gdpo block, and what the nemo engine cannot run.
+
+The local engine's `check_config` runs `gdpo_problems` too (its NeMo RL keys have their own
+table), so weights naming an unknown component are refused before any model loads.
 """
 
 from __future__ import annotations
@@ -14,22 +21,60 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Mapping
 
+from gdpo_nemo.config import nemo_keys
 from gdpo_nemo.config.checks import is_number
-from gdpo_nemo.config.settings import GdpoSettings, multi_component_estimators
+from gdpo_nemo.config.derive import DATASET_CLASS, ENV_NAMES, PROCESSOR_NAMES, adv_estimator_for, get_path, our_env_blocks
+from gdpo_nemo.config.errors import ConfigError
+from gdpo_nemo.config.settings import GdpoSettings, estimator_registry, multi_component_estimators
+from gdpo_nemo.run_id import RunId
 
-__all__ = ["gdpo_key_problems", "gdpo_problems", "reward_problems", "estimator_option_problems"]
+__all__ = [
+    "ENV_SCHEMA",
+    "ON_DATA_ERROR",
+    "check_cluster_consistency",
+    "estimator_option_problems",
+    "gdpo_key_problems",
+    "gdpo_problems",
+    "reward_problems",
+    "validate",
+]
+
+DATA_SOURCES = ("offline", "file")
+ON_DATA_ERROR = ("lowest", "nan", "raise")
+
+# What our environments read from env.<name> (NeMo RL passes that block to the actor).
+ENV_SCHEMA = {
+    "task": "str",
+    "components": "list[str]",
+    "length_limit": "float|null",
+    "conditioned_length": "bool",
+    "num_workers": "int",
+    "tokenizer": "str|null",
+    "on_data_error": "str",
+}
 
 
 def gdpo_key_problems(gdpo: Mapping, where: str = "gdpo") -> list[str]:
-    """One line per gdpo key (not `local`, which its engine checks) whose value its settings
-    check refuses: "gdpo.eps: -1 is not accepted; expected a number >= 0.0 or null"."""
+    """One line per unknown, missing or refused gdpo key ("gdpo.eps: -1 is not accepted;
+    expected a number >= 0.0 or null"). `local` need only be a mapping: the local engine
+    checks its keys."""
     problems = []
-    for item in fields(GdpoSettings):
-        if item.metadata.get("section") is not None or item.name not in gdpo:
+    known = {item.name: item for item in fields(GdpoSettings)}
+    for key in gdpo:
+        if key not in known:
+            problems.append(f"{where}.{key}: unknown key; {where} accepts {sorted(known)}")
+    for name, item in known.items():
+        if item.metadata.get("section") is not None:
+            if name in gdpo and not isinstance(gdpo[name], dict):
+                problems.append(f"{where}.{name}: {gdpo[name]!r} is not a mapping")
             continue
-        accepted = item.metadata["check"](gdpo[item.name])
+        check = item.metadata["check"]
+        if name not in gdpo:
+            problems.append(f"{where}.{name}: missing; expected {check(object())}")
+            continue
+        accepted = check(gdpo[name])
         if accepted is not None:
-            problems.append(f"{where}.{item.name}: {gdpo[item.name]!r} is not accepted; expected {accepted}")
+            problems.append(f"{where}.{name}: {gdpo[name]!r} is not accepted; expected {accepted}")
     return problems
 
 
@@ -72,12 +117,19 @@ def estimator_option_problems(gdpo: Mapping) -> list[str]:
     """Estimator options that contradict each other or the estimator."""
     problems = []
     estimator, preset = gdpo.get("estimator"), gdpo.get("preset")
-    if gdpo.get("batch_norm", "sample") == "token" and estimator != "gdpo":
-        problems.append(f"gdpo.batch_norm: 'token' only applies to gdpo.estimator 'gdpo', got {estimator!r}")
-    if gdpo.get("scale_rewards", "group") == "batch" and estimator != "grpo":
-        problems.append(
-            f"gdpo.scale_rewards: 'batch' is TRL's GRPO option; gdpo.estimator {estimator!r} takes 'group' or 'none'"
-        )
+    registry = estimator_registry()
+    info = registry.get(estimator) if isinstance(estimator, str) else None
+    if info is None:
+        return problems  # gdpo_key_problems names it
+    if gdpo.get("batch_norm", "sample") == "token" and not info.token_batch_norm:
+        token = [name for name, entry in registry.items() if entry.token_batch_norm]
+        shown = " or ".join(repr(name) for name in token)
+        problems.append(f"gdpo.batch_norm: 'token' only applies to gdpo.estimator {shown}, got {estimator!r}")
+    scale = gdpo.get("scale_rewards", "group")
+    if scale not in info.scale_rewards:
+        why = "is TRL's GRPO option; " if scale == "batch" else ""
+        accepted = " or ".join(repr(value) for value in info.scale_rewards)
+        problems.append(f"gdpo.scale_rewards: {scale!r} {why}gdpo.estimator {estimator!r} takes {accepted}")
     if gdpo.get("strict", False):
         if preset is None:
             problems.append("gdpo.strict: true reproduces a peer exactly and needs gdpo.preset (nemo_rl, trl or verl)")
@@ -95,3 +147,194 @@ def gdpo_problems(gdpo: Mapping) -> list[str]:
     if problems:
         return problems
     return estimator_option_problems(gdpo) + reward_problems(gdpo)
+
+
+def _check_gdpo_block(config: Mapping, problems: list[str]) -> None:
+    gdpo = config["gdpo"]
+    before = len(problems)
+    problems.extend(gdpo_key_problems(gdpo))
+    try:
+        RunId.from_config(config)
+    except (KeyError, TypeError, ValueError) as err:
+        problems.append(f"gdpo: the run cannot be named: {err}")
+    if len(problems) > before:
+        return
+    problems.extend(estimator_option_problems(gdpo) + reward_problems(gdpo))
+
+
+def _check_estimator_keys(config: Mapping, problems: list[str]) -> None:
+    gdpo = config["gdpo"]
+    expected = adv_estimator_for(gdpo, our_env_blocks(config))
+    actual = get_path(config, "grpo.adv_estimator", {}) or {}
+    for key, want in expected.items():
+        if key == "minus_baseline":
+            continue  # Reinforce++ only
+        have = actual.get(key, None)
+        if have != want:
+            problems.append(
+                f"grpo.adv_estimator.{key}: {have!r} contradicts the gdpo block (gdpo.estimator={gdpo['estimator']!r},"
+                f" gdpo.leave_one_out={gdpo['leave_one_out']!r}, gdpo.reward_weights={gdpo['reward_weights']!r});"
+                f" expected {want!r} (leave the key to the composer, or change the gdpo block)"
+            )
+    for key in ("normalize_rewards", "use_leave_one_out_baseline"):
+        have = get_path(config, f"grpo.{key}")
+        if have != expected[key]:
+            problems.append(
+                f"grpo.{key}: {have!r} differs from grpo.adv_estimator.{key}={expected[key]!r}; NeMo RL uses"
+                " the first for dynamic sampling and logging and the second for advantages: keep them equal"
+            )
+    groups = get_path(config, "grpo.num_generations_per_prompt")
+    if isinstance(groups, int) and groups < 2:
+        problems.append(
+            f"grpo.num_generations_per_prompt: {groups} rollout(s) per prompt; group-relative estimators need >= 2"
+        )
+
+
+def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
+    gdpo = config["gdpo"]
+    task = gdpo["task"]
+    env = config.get("env") or {}
+    for name, block in env.items():
+        if name in ENV_NAMES.values():
+            before = len(problems)
+            problems.extend(nemo_keys.check_against_schema(block, ENV_SCHEMA, f"env.{name}"))
+            if len(problems) > before:
+                continue
+            if name != ENV_NAMES.get(block["task"]):
+                problems.append(f"env.{name}.task: {block['task']!r} does not fit environment {name!r} (expects {name[5:]!r})")
+            for key, gdpo_key in (
+                ("task", "task"),
+                ("components", "reward_components"),
+                ("length_limit", "length_limit"),
+                ("conditioned_length", "conditioned_length"),
+            ):
+                if block[key] != gdpo[gdpo_key]:
+                    problems.append(
+                        f"env.{name}.{key}: {block[key]!r} differs from gdpo.{gdpo_key}={gdpo[gdpo_key]!r}"
+                        f" (the environment scores what the estimator normalizes; write ${{gdpo.{gdpo_key}}})"
+                    )
+            if block["num_workers"] < 1:
+                problems.append(f"env.{name}.num_workers: {block['num_workers']} must be >= 1")
+            if block["on_data_error"] not in ON_DATA_ERROR:
+                problems.append(f"env.{name}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
+    data = config.get("data") or {}
+    default = data.get("default") or {}
+    for split in ("train", "validation"):
+        blocks = data.get(split)
+        if blocks is None:
+            continue
+        for index, block in enumerate(blocks if isinstance(blocks, list) else [blocks]):
+            if not isinstance(block, dict):
+                continue
+            where = f"data.{split}" + (f"[{index}]" if isinstance(blocks, list) else "")
+            merged = {**default, **block}
+            env_name = merged.get("env_name")
+            if env_name is None:
+                problems.append(f"{where}.env_name: missing (set data.default.env_name or {where}.env_name)")
+            elif env_name not in env:
+                problems.append(f"{where}.env_name: {env_name!r} has no env.{env_name} block; env has {sorted(env)}")
+            elif env_name in ENV_NAMES.values() and env_name != ENV_NAMES[task]:
+                problems.append(f"{where}.env_name: {env_name!r} does not score gdpo.task={task!r}; use {ENV_NAMES[task]!r}")
+            processor = merged.get("processor")
+            if processor in PROCESSOR_NAMES.values() and processor != PROCESSOR_NAMES[task]:
+                problems.append(f"{where}.processor: {processor!r} does not fit gdpo.task={task!r}; use {PROCESSOR_NAMES[task]!r}")
+            if merged.get("dataset_name") == DATASET_CLASS:
+                _check_dataset_block(merged, where, task, problems, engine=gdpo["engine"])
+
+
+def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str], engine: str = "nemo") -> None:
+    if block.get("task") != task:
+        problems.append(f"{where}.task: {block.get('task')!r} differs from gdpo.task={task!r}")
+    source = block.get("source", "offline")
+    if source not in DATA_SOURCES:
+        problems.append(f"{where}.source: {source!r} is not one of {list(DATA_SOURCES)}")
+    if source == "file" and not block.get("data_path"):
+        problems.append(f"{where}.data_path: missing; source 'file' reads a data file or folder")
+    if source == "offline" and "data_path" in block and engine == "nemo":
+        problems.append(
+            f"{where}.data_path: {block['data_path']!r} but source is 'offline' (the task's generated set reads"
+            " no file): remove data_path (~" + where + ".data_path) or set source: file"
+        )
+    if block.get("split") not in ("train", "validation"):
+        problems.append(f"{where}.split: {block.get('split')!r} is not one of ['train', 'validation']")
+    if block.get("prompt_file"):
+        problems.append(f"{where}.prompt_file: must be null; gdpo_nemo's rows carry their prompts (use system_prompt_file to replace the system message)")
+
+
+def _check_engine(config: Mapping, problems: list[str]) -> None:
+    if config["gdpo"]["engine"] != "nemo":
+        return
+    model = get_path(config, "policy.model_name")
+    if isinstance(model, str) and model.startswith("builtin:"):
+        problems.append(f"policy.model_name: {model!r} is a local-engine model; NeMo RL needs a hub name or checkpoint path")
+    if get_path(config, "grpo.async_grpo.enabled"):
+        problems.append("grpo.async_grpo.enabled: true is not supported: gdpo_nemo's metric hooks wrap the synchronous trainer")
+    if (get_path(config, "data_plane") or {}).get("enabled"):
+        problems.append("data_plane.enabled: true is not supported: gdpo_nemo's hooks wrap the legacy synchronous trainer")
+    metric = get_path(config, "checkpointing.metric_name")
+    prefix, _, name = str(metric).partition(":")
+    if prefix in ("val", "train") and name.startswith("reward/"):
+        components = config["gdpo"]["reward_components"]
+        if name[len("reward/"):] not in components:
+            problems.append(
+                f"checkpointing.metric_name: {metric!r} names no reward component; gdpo_nemo logs"
+                f" {[f'{prefix}:reward/{c}' for c in components]}"
+            )
+    generation = get_path(config, "policy.generation") or {}
+    if generation.get("backend") == "vllm" and "vllm_cfg" not in generation:
+        problems.append("policy.generation.vllm_cfg: missing; backend 'vllm' needs it")
+
+
+def validate(config: dict) -> None:
+    """Check a resolved run config; raise ConfigError listing every problem by key path.
+
+    Checks NeMo RL's schema (gdpo_nemo/nemo_keys.py: unknown, missing, mistyped keys),
+    the gdpo block (docs/interfaces.md), the reward set (GDPO needs >= 2 components;
+    weights must name components), grpo.adv_estimator against gdpo.estimator, our
+    environment and dataset blocks against the gdpo block, and what the nemo engine cannot
+    run (a built-in model, async GRPO). Returns None when the config is valid.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config: {type(config).__name__} is not a mapping")
+    if "gdpo" not in config:
+        raise ConfigError("gdpo: missing; a run config needs the gdpo block (docs/interfaces.md, 'Run config')")
+    problems = nemo_keys.check_against_schema(dict(config), dict(nemo_keys.SCHEMA, gdpo="dict"))
+    if isinstance(config.get("gdpo"), dict):
+        _check_gdpo_block(config, problems)
+    if problems:
+        raise ConfigError(problems)
+    _check_estimator_keys(config, problems)
+    _check_env_and_data(config, problems)
+    _check_engine(config, problems)
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_cluster_consistency(config: Mapping, nodes: int, gpus_per_node: int) -> None:
+    """Check a run config against the Slurm request that will run it.
+
+    nemo engine: cluster.num_nodes must equal the request's --nodes and
+    cluster.gpus_per_node its GPUs per node (NeMo RL places workers from these numbers; a
+    mismatch hangs or idles the allocation). local engine: one process, so nodes must be 1.
+    Raises ConfigError naming the key and both numbers.
+    """
+    for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"Slurm request {name}={value!r} must be a non-negative int")
+    engine = get_path(config, "gdpo.engine")
+    if engine == "local":
+        if nodes != 1:
+            raise ConfigError(f"gdpo.engine: the local engine runs one process on one node; the Slurm request has --nodes={nodes}")
+        return
+    problems = []
+    have_nodes = get_path(config, "cluster.num_nodes")
+    have_gpus = get_path(config, "cluster.gpus_per_node")
+    if have_nodes != nodes:
+        problems.append(f"cluster.num_nodes: {have_nodes!r} but the Slurm request has --nodes={nodes}; they must be equal")
+    if have_gpus != gpus_per_node:
+        problems.append(
+            f"cluster.gpus_per_node: {have_gpus!r} but the Slurm request gives {gpus_per_node} GPU(s) per node; they must be equal"
+        )
+    if problems:
+        raise ConfigError(problems)
+

@@ -142,7 +142,7 @@ def _check_with_nemo_rl(plans: list[RunPlan], python: str | None) -> bool | None
     nemo-engine run."""
     import yaml
 
-    from gdpo_nemo.config_compose import ConfigError
+    from gdpo_nemo.config import ConfigError
     from gdpo_nemo.engines.nemo.validation import refuse_what_nemo_rl_refuses
 
     nemo = {plan.name: yaml.safe_load(plan.config_text) for plan in plans if plan.engine == "nemo"}

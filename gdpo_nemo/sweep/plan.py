@@ -127,12 +127,12 @@ def plan_sweep(
     working directory (default: the current one, against which relative paths in the
     configs were composed). Raises SweepError naming the experiment, filter or run at fault.
     """
-    from gdpo_nemo import config_compose
+    from gdpo_nemo import config as run_config
 
     filters = parse_filters(list(only))
     try:
-        specs = config_compose.load_experiment(experiment)  # names the known ones if unknown
-    except config_compose.ConfigError as err:
+        specs = run_config.load_experiment(experiment)  # names the known ones if unknown
+    except run_config.ConfigError as err:
         raise SweepError(str(err)) from None
     by_id = {spec.run_id: spec for spec in specs}
     layout = SweepLayout(sweep_dir.resolve())
@@ -146,7 +146,7 @@ def plan_sweep(
         run_dir = layout.run_dir(run_id.name)
         where = f"run {run_id.name} on profile {profile.name!r}"
         try:
-            config = config_compose.compose(
+            config = run_config.compose(
                 spec.task,
                 spec.model,
                 spec.algo,
@@ -156,11 +156,11 @@ def plan_sweep(
                 overrides=(*spec.overrides, *([f"gdpo.engine={engine}"] if engine else [])),
             )
             place_run(config, run_id, run_dir)
-            config_compose.validate(config)
+            run_config.validate(config)
             run_engine = config["gdpo"]["engine"]
             nodes = (profile.nodes or config["cluster"]["num_nodes"]) if run_engine == "nemo" else 1
-            config_compose.check_cluster_consistency(config, nodes, profile.gpus_per_node)
-        except config_compose.ConfigError as err:
+            run_config.check_cluster_consistency(config, nodes, profile.gpus_per_node)
+        except run_config.ConfigError as err:
             raise SweepError(f"{where}: {err}") from None
         profile.check_engine(run_engine)
         if RunId.from_config(config) != run_id:
@@ -187,7 +187,7 @@ def plan_sweep(
                 run_dir=run_dir,
                 config_path=layout.config_path(run_id.name),
                 script_path=layout.script_path(run_id.name),
-                config_text=config_compose.dump(config),
+                config_text=run_config.dump(config),
                 script=script,
             )
         )

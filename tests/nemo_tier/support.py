@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 
 # (config group task option, model option) of each task's environment.
 TASK_RUNS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted(cc.list_experiments())

@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from support import small_config
 
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from gdpo_nemo import config_compose as cc
+from gdpo_nemo import config as cc
 from support import TASK_RUNS, demonstrations, scripted_generation, small_config
 
 WRONG = "I do not know."

@@ -1,4 +1,4 @@
-"""gdpo_nemo/nemo_schema.py against NeMo RL's own config classes, key by key, type by type.
+"""gdpo_nemo/config/nemo_keys.py against NeMo RL's own config classes, key by key, type by type.
 
 gdpo_nemo keeps a copy of NeMo RL's GRPO config schema (so `gdpo-nemo config` refuses a bad
 key without NeMo RL installed, and refuses unknown keys, which NeMo RL's extra="allow"
@@ -23,8 +23,8 @@ import types
 import typing
 from pathlib import Path
 
-from gdpo_nemo import nemo_schema
-from gdpo_nemo.nemo_schema import WHEN_ENABLED, Alt, ListOf, _describe
+from gdpo_nemo.config import nemo_keys as nemo_schema
+from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf, _describe
 
 _SCALARS = {int: "int", float: "float", bool: "bool", str: "str", type(None): "null", Path: "str", os.PathLike: "str"}
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from gdpo_nemo import cli
-from gdpo_nemo.config_compose import experiments_dir
+from gdpo_nemo.config import experiments_dir
 from gdpo_nemo.sweep import slurm
 from gdpo_nemo.sweep.manifest import Manifest
 

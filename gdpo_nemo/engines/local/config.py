@@ -19,7 +19,6 @@ A key that is in none of the three is an error listing the section's accepted ke
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,11 @@ from typing import Any
 import yaml
 
 from gdpo_nemo.config.checks import Check, anything, boolean, integer, is_int, is_number, mapping, number, one_of, text
+from gdpo_nemo.config.derive import get_path
 from gdpo_nemo.config.errors import ConfigError
-from gdpo_nemo.config.settings import GdpoSettings, setting_table
+from gdpo_nemo.config.files import read_config_file, to_plain
+from gdpo_nemo.config.overrides import apply_overrides
+from gdpo_nemo.config.settings import GdpoSettings, estimator_check, setting_table
 from gdpo_nemo.config.validate import estimator_option_problems, reward_problems
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ SCHEMA: dict = {
             "stop_properly_penalty_coef": IGNORE,
         },
         "adv_estimator": {
-            "name": use("grpo", one_of("grpo", "gdpo", "gdpo_no_bn", "grpo_no_std")),
+            "name": use("grpo", estimator_check),  # the registry's names
             "normalize_rewards": IGNORE,
             "use_leave_one_out_baseline": IGNORE,
             "minus_baseline": IGNORE,
@@ -349,107 +351,27 @@ def _check_cross_keys(config: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Loading YAML files and key=value overrides (the subset of Hydra's grammar NeMo RL uses).
+# Loading: gdpo_nemo.config's file reader and override grammar (Hydra's), then the table.
 # ---------------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 floats: `1e-8` and `5e-6` are numbers (PyYAML's
-    YAML 1.1 rules read them as strings; NeMo RL's configs and OmegaConf treat them as floats)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str):
-    """YAML text -> Python value, with YAML 1.2 floats (see `_Loader`)."""
-    return yaml.load(text, Loader=_Loader)
-
-
-def _read_yaml(path: Path) -> dict:
-    """A run config file with NeMo RL's `defaults:` inheritance and `_override_: true`: the
-    reader of gdpo_nemo.config_compose, as a plain dict with interpolations unresolved."""
-    from omegaconf import OmegaConf
-
-    from gdpo_nemo.config_compose import _read_with_inheritance
-
-    return OmegaConf.to_container(_read_with_inheritance(Path(path)), resolve=False)
-
-
-def _in_schema(parts) -> bool:
-    node = SCHEMA
-    for part in parts:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def apply_override(config: dict, override: str) -> None:
-    """Apply one `key.path=value` (key must exist in the file or in `SCHEMA`), `+key.path=value` (key must be new) or
-    `++key.path=value` (either) to `config` in place; the value is parsed as YAML."""
-    if "=" not in override:
-        raise ValueError(f"override {override!r} is not key=value (e.g. grpo.seed=3)")
-    key, raw_value = override.split("=", 1)
-    mode = "set"
-    if key.startswith("++"):
-        key, mode = key[2:], "force"
-    elif key.startswith("+"):
-        key, mode = key[1:], "add"
-    parts = key.split(".")
-    if not all(parts):
-        raise ValueError(f"override {override!r} has an empty key part")
-    value = parse_yaml(raw_value) if raw_value != "" else ""
-    if mode == "set" and _in_schema(parts):
-        mode = "force"  # a key the engine knows may be set even when the file leaves it out
-    node = config
-    for depth, part in enumerate(parts[:-1]):
-        if part not in node or not isinstance(node[part], dict):
-            if mode == "set":
-                raise ValueError(f"override {override!r}: {'.'.join(parts[:depth + 1])!r} is not in the config"
-                                 " (use +key=value to add a key)")
-            node[part] = {}
-        node = node[part]
-    last = parts[-1]
-    if mode == "set" and last not in node:
-        raise ValueError(f"override {override!r}: {key!r} is not in the config (use +{key}=value to add it)")
-    if mode == "add" and last in node:
-        raise ValueError(f"override {override!r}: {key!r} is already in the config (use {key}=value)")
-    node[last] = value
-
-
-def _resolve(config: dict) -> dict:
-    """Resolve `${...}` interpolations (and NeMo RL's `${mul:a,b}`) with OmegaConf."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("mul"):
-        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
-    try:
-        return OmegaConf.to_container(OmegaConf.create(config), resolve=True)
-    except Exception as err:  # OmegaConf's errors name the key; keep its message
-        raise ValueError(f"config interpolation failed: {err}") from None
+def _in_schema(key: str) -> bool:
+    """Whether dotted `key` is in `SCHEMA` (a plain override may set it though the file
+    leaves it out: its default would fill it anyway)."""
+    return get_path(SCHEMA, key) is not None
 
 
 def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
-    """Read a run config YAML (with NeMo RL `defaults:` inheritance), apply overrides,
-    resolve interpolations and check it. Returns `(config, ignored-keys note)`."""
-    config = _read_yaml(Path(path))
-    for override in overrides:
-        apply_override(config, override)
-    return check_config(_resolve(config))
+    """Read a run config YAML (with NeMo RL `defaults:` inheritance), apply overrides in
+    Hydra's grammar (gdpo_nemo.config.overrides), resolve interpolations and check it.
+    Returns `(config, ignored-keys note)`."""
+    config = apply_overrides(read_config_file(Path(path)), overrides, settable=_in_schema)
+    return check_config(to_plain(config))
 
 
 def resolve_and_check(config: dict) -> tuple[dict, str | None]:
     """`check_config` of an in-memory config (interpolations resolved first)."""
-    return check_config(_resolve(copy.deepcopy(config)))
+    return check_config(to_plain(copy.deepcopy(config)))
 
 
 def dump_config(config: dict, path) -> None:

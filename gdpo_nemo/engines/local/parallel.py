@@ -80,16 +80,16 @@ def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool 
     """Compose and check the config of every selected run, then write them (a run that
     started keeps the config it started with); returns the runs in the experiment's order.
     ValueError naming the experiment, filter or run at fault, with nothing written."""
-    from gdpo_nemo import config_compose
+    from gdpo_nemo import config as run_config
     from gdpo_nemo.engines.local.config import resolve_and_check
     from gdpo_nemo.run_id import RunId
     from gdpo_nemo.sweep.errors import SweepError
     from gdpo_nemo.sweep.plan import parse_filters, place_run, select
 
     try:
-        specs = config_compose.load_experiment(experiment)
+        specs = run_config.load_experiment(experiment)
         chosen = set(select([spec.run_id for spec in specs], parse_filters(list(only))))
-    except (config_compose.ConfigError, SweepError) as err:
+    except (run_config.ConfigError, SweepError) as err:
         raise ValueError(str(err)) from None
     extra = [*(SMOKE_OVERRIDES if smoke else ()), *overrides]
     if threads_per_run is not None:
@@ -99,8 +99,8 @@ def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool 
         if spec.run_id not in chosen:
             continue
         try:
-            config = config_compose.compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed,
-                                            experiment=experiment, overrides=(*spec.overrides, *extra))
+            config = run_config.compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed,
+                                        experiment=experiment, overrides=(*spec.overrides, *extra))
             if config["gdpo"]["engine"] != "local":
                 raise ValueError(f"gdpo.engine={config['gdpo']['engine']!r}; this command runs the local engine only"
                                  " (use `gdpo-nemo sweep` for NeMo RL runs)")
@@ -109,9 +109,9 @@ def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool 
                            out / "logs" / f"{run_id.name}.log")
             place_run(config, run_id, run.run_dir)
             resolve_and_check(config)  # the local engine's own check, before anything starts
-        except (config_compose.ConfigError, ValueError) as err:
+        except (run_config.ConfigError, ValueError) as err:
             raise ValueError(f"run {spec.run_id.name}: {err}") from None
-        planned.append((run, config_compose.dump(config)))
+        planned.append((run, run_config.dump(config)))
     for run, text in planned:  # written only once every run checked out
         if not (rundir.config_path(run.run_dir).is_file() and run.config_path.is_file()):
             run.config_path.parent.mkdir(parents=True, exist_ok=True)  # a started run keeps its config (resume)

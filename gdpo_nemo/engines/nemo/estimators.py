@@ -15,7 +15,7 @@ once per step::
 It knows grpo, gdpo, reinforce_plus_plus and opd. `AdvantageEstimator` adds what it lacks:
 ``gdpo_no_bn`` (the paper's ablation), and every gdpo block NeMo RL's grpo/gdpo cannot
 express (weighted GRPO, token-level batch norm, the TRL/verl presets, NaN rewards left out
-of the statistics; see ``config_compose.needs_our_estimator``). Leave-one-out runs use it
+of the statistics; see ``gdpo_nemo.config.needs_our_estimator``). Leave-one-out runs use it
 too: NeMo RL's float32 leave-one-out std turns the float residue of constant group-mates
 into huge advantages (docs/estimators.md), ours gives them exactly 0. It reads the run config's
 gdpo block and computes with ``gdpo_nemo.advantages.compute_advantages``;
@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.advantages import ESTIMATORS, compute_advantages
 from gdpo_nemo.collapse import distinct_advantage_groups
 from gdpo_nemo.config.settings import EstimatorSettings
-from gdpo_nemo.config_compose import ENV_NAMES, OUR_ADV_ESTIMATORS, needs_our_estimator
+from gdpo_nemo.config.derive import needs_our_estimator, our_env_blocks
 from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX
 
 __all__ = ["AdvantageEstimator", "create_estimator", "estimator_advantages", "group_ids_from_prompts", "reward_components", "section"]
@@ -120,17 +120,18 @@ class AdvantageEstimator:
 
 def create_estimator(master_config: Any, original: Callable[[Any], Any]):
     """Replacement for NeMo RL's ``_create_advantage_estimator``: ours for
-    grpo.adv_estimator.name "gdpo_no_bn" and for any gdpo block NeMo RL cannot express;
-    NeMo RL's own (`original`) otherwise."""
+    a grpo.adv_estimator.name NeMo RL lacks (a registry entry with no NeMo RL equivalent:
+    gdpo_no_bn) and for any gdpo block NeMo RL cannot express; NeMo RL's own (`original`)
+    otherwise."""
     name = section(section(section(master_config, "grpo"), "adv_estimator"), "name")
+    ours_only = name in ESTIMATORS and ESTIMATORS[name].nemo_rl is None
     gdpo = section(master_config, "gdpo")
     if not isinstance(gdpo, Mapping):
-        if name in OUR_ADV_ESTIMATORS:
+        if ours_only:
             raise ValueError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
         return original(master_config)
-    env = section(master_config, "env") or {}
-    ours = {key: block for key, block in dict(env).items() if key in ENV_NAMES.values() and isinstance(block, Mapping)}
-    native = name not in OUR_ADV_ESTIMATORS and not needs_our_estimator(gdpo, ours)
+    env_blocks = our_env_blocks({"env": dict(section(master_config, "env") or {})})
+    native = not ours_only and not needs_our_estimator(gdpo, env_blocks)
     leave_one_out = bool(gdpo.get("leave_one_out", False))
     if native and not leave_one_out:
         return original(master_config)

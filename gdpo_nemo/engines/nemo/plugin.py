@@ -39,7 +39,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from gdpo_nemo.config_compose import ENV_NAMES
+from gdpo_nemo.config import ENV_NAMES
 from gdpo_nemo.engines.nemo.data import PROCESSORS
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
 from gdpo_nemo.config.settings import EstimatorSettings

@@ -1,7 +1,7 @@
 """Entry point: ``python -m gdpo_nemo.engines.nemo.run --config CFG.yaml [overrides]``.
 
 1. Reads the run config as NeMo RL does (``defaults:`` inheritance, ``_override_``), applies
-   Hydra-grammar overrides and validates it (gdpo_nemo.config_compose.load_config_file):
+   Hydra-grammar overrides and validates it (gdpo_nemo.config.load_config_file):
    a bad key path stops here, before Ray or a GPU is touched. ``--dry-run`` stops after
    printing the resolved config.
 2. Writes the resolved config to ``<logger.log_dir>/config.yaml`` (the run dir) and starts
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from gdpo_nemo import rundir
-from gdpo_nemo.config_compose import ConfigError, dump, load_config_file
+from gdpo_nemo.config import ConfigError, dump, load_config_file
 
 __all__ = ["find_run_grpo", "main", "prepare_run_dir"]
 

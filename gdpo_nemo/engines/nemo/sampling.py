@@ -25,7 +25,7 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from gdpo_nemo.config_compose import MULTI_COMPONENT_ESTIMATORS
+from gdpo_nemo.advantages import estimator_info
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import reward_components
 
@@ -57,7 +57,7 @@ def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor |
     groups = batch_group_ids(batch)
     if not components or groups is None:
         return None
-    if settings.estimator in MULTI_COMPONENT_ESTIMATORS:
+    if estimator_info(settings.estimator).multi_component:
         return torch.stack([group_range(values, groups) for values in components.values()]).amax(dim=0)
     weights = settings.reward_weights or {}
     signal = sum(float(weights.get(name, 1.0)) * values for name, values in components.items())

@@ -50,10 +50,10 @@ class EnvSettings:
     @classmethod
     def from_config(cls, block: Mapping, where: str = "env") -> "EnvSettings":
         """Settings from an ``env.<name>`` block; ValueError naming the key at fault."""
-        from gdpo_nemo import nemo_schema
-        from gdpo_nemo.config_compose import ENV_SCHEMA, ON_DATA_ERROR
+        from gdpo_nemo.config import nemo_keys
+        from gdpo_nemo.config.validate import ENV_SCHEMA, ON_DATA_ERROR
 
-        problems = nemo_schema.check_against_schema(dict(block), ENV_SCHEMA, where)
+        problems = nemo_keys.check_against_schema(dict(block), ENV_SCHEMA, where)
         if problems:
             raise ValueError("; ".join(problems))
         if block["num_workers"] < 1:

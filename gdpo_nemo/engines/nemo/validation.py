@@ -110,7 +110,7 @@ def check_configs(configs: Mapping[str, Mapping], python: str) -> dict[str, list
     python: `find_nemo_rl_python`'s answer ("in-process" or a path). The configs are written
     as YAML files and read back by NeMo RL's loader, as run_grpo.py reads them.
     """
-    from gdpo_nemo.config_compose import dump
+    from gdpo_nemo.config import dump
 
     with tempfile.TemporaryDirectory(prefix="gdpo-nemo-check-") as folder:
         files = {}
@@ -138,7 +138,7 @@ def refuse_what_nemo_rl_refuses(
     """Raise ConfigError when NeMo RL's own check refuses any of the named configs: one line
     per problem carrying NeMo RL's message, prefixed with the config's name if `name_each`. Returns True when the check ran, False when no NeMo RL was found (see
     `find_nemo_rl_python`)."""
-    from gdpo_nemo.config_compose import ConfigError
+    from gdpo_nemo.config import ConfigError
 
     python = find_nemo_rl_python(explicit_python)
     if python is None:

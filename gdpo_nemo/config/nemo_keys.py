@@ -1,4 +1,5 @@
-"""The pinned NeMo RL GRPO config schema, written down as data, and the walker that checks it.
+"""NeMo RL's GRPO config key tree at the pinned commit, written down once as data, and the
+walker that checks a config against it.
 
 Pinned commit: NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909 (shared/REFERENCE.md
 section 5). The key paths and types below were read from its config classes:
@@ -10,7 +11,7 @@ parts (``models/policy/__init__.py``), ``GenerationConfig`` / ``VllmConfig``
 (``models/generation/interfaces.py``, ``vllm/config.py``), ``DataConfig`` /
 ``ResponseDatasetConfig`` (``data/__init__.py``), ``LoggerConfig`` (``utils/logger.py``),
 ``CheckpointingConfig`` (``utils/checkpoint.py``), ``ClusterConfig``
-(``distributed/virtual_cluster.py``) and ``MathEnvConfig`` (``environments/math_environment.py``),
+(``distributed/virtual_cluster.py``),
 plus the keys the exemplar ``examples/configs/grpo_math_1B.yaml`` carries that the code reads
 with ``.get`` but no class declares (marked "exemplar").
 
@@ -71,7 +72,7 @@ class ListOf:
 # ---------------------------------------------------------------------------------------
 
 ADV_ESTIMATOR = {
-    "name?": "str",  # NeMo RL: grpo | gdpo | reinforce_plus_plus | opd; ours add gdpo_no_bn, gdpo_nemo
+    "name?": "str",  # NeMo RL: grpo | gdpo | reinforce_plus_plus | opd; ours add gdpo_no_bn
     "normalize_rewards?": "bool",
     "use_leave_one_out_baseline?": "bool",
     "reward_weights?": "list[float]|null",  # one weight per reward/<name>, sorted by name
@@ -463,14 +464,6 @@ CLUSTER = {
     "segment_size?": "int|null",
 }
 
-# NeMo RL's own math environments (MathEnvConfig), for configs that use them.
-MATH_ENV = {
-    "num_workers": "int",
-    "stop_strings?": "list[str]|null",
-    "verifier_type?": "str|null",
-    "math_verify_impl?": "str|null",
-}
-
 SCHEMA: dict = {
     "policy": POLICY,
     "loss_fn": LOSS_FN,
@@ -540,9 +533,6 @@ DEPARTURES: dict[str, str] = {
 # ---------------------------------------------------------------------------------------
 # The walker.
 # ---------------------------------------------------------------------------------------
-
-_SCALAR_TYPES = {"int", "float", "bool", "str", "null", "dict", "list", "any"}
-
 
 def _describe(spec) -> str:
     if isinstance(spec, str):
@@ -658,7 +648,7 @@ def check_against_schema(config: dict, schema: dict | None = None, path: str = "
 
     Each line starts with the dotted key path at fault, then says what was found and what is
     accepted. An empty list means the config matches. Keys of the `gdpo` block are not part
-    of NeMo RL's schema: check them with `gdpo_nemo.config_compose.validate`.
+    of NeMo RL's schema: check them with `gdpo_nemo.config.validate`.
     """
     errors: list[str] = []
     if not isinstance(config, dict):
