@@ -11,7 +11,8 @@ and metric names, so analysis treats local and cluster runs alike. Modules:
 - `loss`: NeMo RL's clipped policy-gradient loss with k3 KL
 - `trainer`: the training loop (sample, score, advantages, ratio, clip, step)
 - `checkpoint`: save / resume
-- `cli`, `quickstart`: the `gdpo-nemo train` and `gdpo-nemo quickstart` commands
+- `quickstart`: the two runs of `gdpo-nemo quickstart` (the commands `gdpo-nemo train` and
+  `quickstart` are gdpo_nemo.commands.train and .quickstart)
 
 Nothing here is imported by `gdpo_nemo` itself; torch loads only when a run starts.
 """

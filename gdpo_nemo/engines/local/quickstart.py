@@ -12,25 +12,18 @@ into DIR (the figure and the table: gdpo_nemo.analysis.quickstart):
     summary.md              first / final per-reward values of both methods, wall times
     <run id>/               the two run dirs (config.yaml, metrics.jsonl, checkpoints/)
 
-and prints where they are and the final values. The first call also converts the GGUF
+and prints where they are and the final values (the command's flags:
+gdpo_nemo.commands.quickstart). The first call also converts the GGUF
 file and runs the warm-start (both cached under $GDPO_NEMO_CACHE or ~/.cache/gdpo_nemo).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "local" / "quickstart_gsm8k.yaml"
 ARMS = (("gdpo", "GDPO"), ("grpo", "GRPO"))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The quickstart's flags: --out, --steps, --config."""
-    parser.add_argument("--out", default="runs/quickstart", help="output dir (default: runs/quickstart)")
-    parser.add_argument("--steps", type=int, default=None, help="RL steps per method (default: the config's)")
-    parser.add_argument("--config", default=str(QUICKSTART_CONFIG), help="run config (default: the quickstart's)")
 
 
 def arm_overrides(algo: str, steps: int | None) -> list:
@@ -63,20 +56,15 @@ def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, l
     return histories, seconds, names
 
 
-def run(args: argparse.Namespace) -> int:
-    """`gdpo-nemo quickstart`: train both arms, then write the figure and summary.md into
-    --out (gdpo_nemo.analysis.quickstart) and print where they are."""
+def run_quickstart(config_path, out: Path, steps: int | None) -> tuple[Path, Path, str, float]:
+    """Train both arms into `out`, then write the figure and summary.md there
+    (gdpo_nemo.analysis.quickstart): (figure path, summary path, the summary table as
+    markdown, wall seconds of the whole)."""
     from gdpo_nemo.analysis.quickstart import write_report
 
-    if not Path(args.config).is_file():
-        raise ValueError(f"--config {args.config} does not exist (the quickstart config ships in the repo's"
-                         " configs/local/; run from a checkout or pass --config)")
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    histories, seconds, names = train_arms(args.config, out, args.steps)
+    histories, seconds, names = train_arms(config_path, out, steps)
     total = time.perf_counter() - started
     figure, summary, table = write_report(histories, names, seconds, total, out)
-    print(table)
-    print(f"figure: {figure}\nsummary: {summary}\nwall time: {total / 60:.1f} min")
-    return 0
+    return figure, summary, table, total

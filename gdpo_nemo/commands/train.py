@@ -5,6 +5,7 @@
 Overrides use NeMo RL's (Hydra's) grammar: `grpo.seed=3` changes a key, `+key=value` adds
 one. The run dir defaults to `<logger.log_dir>/<run id>` (docs/interfaces.md, run identity).
 `--resume` continues from the newest checkpoint of the run dir on the same trajectory.
+The training is gdpo_nemo.engines.local.trainer.train; this module reads the flags.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `train` flags (cheap: imports no torch)."""
     parser.add_argument("--config", required=True, help="run config YAML (NeMo RL keys + gdpo block)")
     parser.add_argument("--run-dir", default=None,
                         help="where config.yaml, metrics.jsonl, checkpoints/ go (default: <logger.log_dir>/<run id>)")
@@ -23,12 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def default_run_dir(config: dict) -> Path:
+    """`<logger.log_dir>/<run id>`: where a run goes without --run-dir."""
     from gdpo_nemo.run_id import RunId
 
     return Path(config["logger"]["log_dir"]) / RunId.from_config(config).name
 
 
 def run(args: argparse.Namespace) -> int:
+    """Load the config with the overrides (ValueError on a bad key), train, print the final
+    reward and validation metrics."""
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.trainer import train
 
