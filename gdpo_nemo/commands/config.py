@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gdpo_nemo.commands.args import key_value
+
 CHOICE_KEYS = ("task", "model", "algo", "cluster", "seed", "experiment")
 
 
@@ -53,12 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
+    """`config show` items -> ({task/model/algo/...: value}, [Hydra overrides]); ValueError
+    on an item that is not KEY=VALUE or when task=, model= or algo= is missing."""
     choices: dict = {}
     overrides: list[str] = []
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"{item!r} is not KEY=VALUE (e.g. task=toolcall or grpo.max_num_steps=10)")
+        # Hydra overrides may set an empty value (`key=`), so one is no error here.
+        key, value = key_value(item, flag="config show", example="task=toolcall or grpo.max_num_steps=10",
+                               empty_value=True)
         if key in CHOICE_KEYS:
             choices[key] = value
         else:
@@ -77,6 +81,7 @@ def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """Compose, validate (NeMo RL's own check too for a nemo config where it runs), print or write."""
     from gdpo_nemo import config as run_config
 
     choices, overrides = _parse_show_items(args.items)
@@ -104,6 +109,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    """Print the experiments and config group options, or one experiment's runs."""
     from gdpo_nemo import config as run_config
 
     if args.experiment:
