@@ -111,3 +111,14 @@ def test_local_engine_refuses_weights_of_unknown_components_before_the_model_loa
         load_run_config(TINY, ["gdpo.reward_weights={length: 0.5}"])
     config, _ = load_run_config(TINY, ["gdpo.reward_weights={integer: 0.5}"])
     assert config["gdpo"]["reward_weights"] == {"integer": 0.5}
+
+
+def test_the_run_config_docs_table_is_the_settings_classes():
+    rows = [line for line in (REPO / "docs" / "interfaces.md").read_text().splitlines() if line.startswith("| `gdpo.")]
+    documented = [tuple(cell.strip().strip("`") for cell in row.strip("|").split("|"))[:2] for row in rows]
+    shown = {None: "null", True: "true", False: "false"}
+    expected = [
+        (path, shown[d] if d is None or isinstance(d, bool) else ("{}" if d == {} else str(d)))
+        for path, d, _meaning, _source in describe(GdpoSettings)
+    ]
+    assert documented == expected

@@ -110,7 +110,9 @@ class WarmStartSettings:
     lr: float = setting(1e-5, "learning rate of the warm start (AdamW)", "ours", number(0.0))
     batch_size: int = setting(8, "examples per warm-start step", "ours", integer(1))
     examples: int = setting(256, "reference examples drawn from the task", "ours", integer(1))
-    seed: int | None = setting(None, "seed of the example draw; null: grpo.seed", "ours", integer(0, nullable=True))
+    seed: int | None = setting(
+        None, "seed of the example draw; null: grpo.seed + 1000003 (apart from the RL draw)", "ours", integer(0, nullable=True)
+    )
 
 
 @dataclass(frozen=True)

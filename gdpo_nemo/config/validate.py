@@ -192,31 +192,10 @@ def _check_estimator_keys(config: Mapping, problems: list[str]) -> None:
 
 def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
     gdpo = config["gdpo"]
-    task = gdpo["task"]
     env = config.get("env") or {}
     for name, block in env.items():
         if name in ENV_NAMES.values():
-            before = len(problems)
-            problems.extend(nemo_keys.check_against_schema(block, ENV_SCHEMA, f"env.{name}"))
-            if len(problems) > before:
-                continue
-            if name != ENV_NAMES.get(block["task"]):
-                problems.append(f"env.{name}.task: {block['task']!r} does not fit environment {name!r} (expects {name[5:]!r})")
-            for key, gdpo_key in (
-                ("task", "task"),
-                ("components", "reward_components"),
-                ("length_limit", "length_limit"),
-                ("conditioned_length", "conditioned_length"),
-            ):
-                if block[key] != gdpo[gdpo_key]:
-                    problems.append(
-                        f"env.{name}.{key}: {block[key]!r} differs from gdpo.{gdpo_key}={gdpo[gdpo_key]!r}"
-                        f" (the environment scores what the estimator normalizes; write ${{gdpo.{gdpo_key}}})"
-                    )
-            if block["num_workers"] < 1:
-                problems.append(f"env.{name}.num_workers: {block['num_workers']} must be >= 1")
-            if block["on_data_error"] not in ON_DATA_ERROR:
-                problems.append(f"env.{name}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
+            _check_env_block(name, block, gdpo, problems)
     data = config.get("data") or {}
     default = data.get("default") or {}
     for split in ("train", "validation"):
@@ -224,22 +203,51 @@ def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
         if blocks is None:
             continue
         for index, block in enumerate(blocks if isinstance(blocks, list) else [blocks]):
-            if not isinstance(block, dict):
-                continue
-            where = f"data.{split}" + (f"[{index}]" if isinstance(blocks, list) else "")
-            merged = {**default, **block}
-            env_name = merged.get("env_name")
-            if env_name is None:
-                problems.append(f"{where}.env_name: missing (set data.default.env_name or {where}.env_name)")
-            elif env_name not in env:
-                problems.append(f"{where}.env_name: {env_name!r} has no env.{env_name} block; env has {sorted(env)}")
-            elif env_name in ENV_NAMES.values() and env_name != ENV_NAMES[task]:
-                problems.append(f"{where}.env_name: {env_name!r} does not score gdpo.task={task!r}; use {ENV_NAMES[task]!r}")
-            processor = merged.get("processor")
-            if processor in PROCESSOR_NAMES.values() and processor != PROCESSOR_NAMES[task]:
-                problems.append(f"{where}.processor: {processor!r} does not fit gdpo.task={task!r}; use {PROCESSOR_NAMES[task]!r}")
-            if merged.get("dataset_name") == DATASET_CLASS:
-                _check_dataset_block(merged, where, task, problems, engine=gdpo["engine"])
+            if isinstance(block, dict):
+                where = f"data.{split}" + (f"[{index}]" if isinstance(blocks, list) else "")
+                _check_data_block({**default, **block}, where, gdpo, env, problems)
+
+
+def _check_env_block(name: str, block, gdpo: Mapping, problems: list[str]) -> None:
+    """One of our environments' env.<name> block: its keys, and agreement with the gdpo block."""
+    before = len(problems)
+    problems.extend(nemo_keys.check_against_schema(block, ENV_SCHEMA, f"env.{name}"))
+    if len(problems) > before:
+        return
+    if name != ENV_NAMES.get(block["task"]):
+        problems.append(f"env.{name}.task: {block['task']!r} does not fit environment {name!r} (expects {name[5:]!r})")
+    for key, gdpo_key in (
+        ("task", "task"),
+        ("components", "reward_components"),
+        ("length_limit", "length_limit"),
+        ("conditioned_length", "conditioned_length"),
+    ):
+        if block[key] != gdpo[gdpo_key]:
+            problems.append(
+                f"env.{name}.{key}: {block[key]!r} differs from gdpo.{gdpo_key}={gdpo[gdpo_key]!r}"
+                f" (the environment scores what the estimator normalizes; write ${{gdpo.{gdpo_key}}})"
+            )
+    if block["num_workers"] < 1:
+        problems.append(f"env.{name}.num_workers: {block['num_workers']} must be >= 1")
+    if block["on_data_error"] not in ON_DATA_ERROR:
+        problems.append(f"env.{name}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
+
+
+def _check_data_block(merged: Mapping, where: str, gdpo: Mapping, env: Mapping, problems: list[str]) -> None:
+    """One data.<split> block (data.default merged in): its environment, processor, dataset."""
+    task = gdpo["task"]
+    env_name = merged.get("env_name")
+    if env_name is None:
+        problems.append(f"{where}.env_name: missing (set data.default.env_name or {where}.env_name)")
+    elif env_name not in env:
+        problems.append(f"{where}.env_name: {env_name!r} has no env.{env_name} block; env has {sorted(env)}")
+    elif env_name in ENV_NAMES.values() and env_name != ENV_NAMES[task]:
+        problems.append(f"{where}.env_name: {env_name!r} does not score gdpo.task={task!r}; use {ENV_NAMES[task]!r}")
+    processor = merged.get("processor")
+    if processor in PROCESSOR_NAMES.values() and processor != PROCESSOR_NAMES[task]:
+        problems.append(f"{where}.processor: {processor!r} does not fit gdpo.task={task!r}; use {PROCESSOR_NAMES[task]!r}")
+    if merged.get("dataset_name") == DATASET_CLASS:
+        _check_dataset_block(merged, where, task, problems, engine=gdpo["engine"])
 
 
 def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str], engine: str = "nemo") -> None:

@@ -118,11 +118,12 @@ class AdvantageEstimator:
         return advantages.to(device=mask.device, dtype=torch.float32).unsqueeze(-1).expand(mask.shape).clone()
 
 
-def create_estimator(master_config: Any, original: Callable[[Any], Any]):
+def create_estimator(master_config: Any, original: Callable[[Any], Any], settings: EstimatorSettings | None = None):
     """Replacement for NeMo RL's ``_create_advantage_estimator``: ours for
     a grpo.adv_estimator.name NeMo RL lacks (a registry entry with no NeMo RL equivalent:
     gdpo_no_bn) and for any gdpo block NeMo RL cannot express; NeMo RL's own (`original`)
-    otherwise."""
+    otherwise. `settings`: the gdpo block's, when the caller built them already (the
+    plugin's hook state); else built here from the master config's gdpo block."""
     name = section(section(section(master_config, "grpo"), "adv_estimator"), "name")
     ours_only = name in ESTIMATORS and ESTIMATORS[name].nemo_rl is None
     gdpo = section(master_config, "gdpo")
@@ -135,7 +136,7 @@ def create_estimator(master_config: Any, original: Callable[[Any], Any]):
     leave_one_out = bool(gdpo.get("leave_one_out", False))
     if native and not leave_one_out:
         return original(master_config)
-    settings = EstimatorSettings.from_gdpo(gdpo)
+    settings = settings if settings is not None else EstimatorSettings.from_gdpo(gdpo)
     print(f"  ✓ Using gdpo_nemo advantage estimator {settings.estimator!r} (grpo.adv_estimator.name={name!r})")
     if native:
         print(

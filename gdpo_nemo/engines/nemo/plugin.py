@@ -220,7 +220,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
 
     original_create = _unwrapped(grpo_module._create_advantage_estimator)
     grpo_module._create_advantage_estimator = _mark(
-        lambda master_config: create_estimator(master_config, original_create), original_create
+        lambda master_config: create_estimator(master_config, original_create, state.settings), original_create
     )
     for name in ("run_multi_turn_rollout", "run_async_multi_turn_rollout"):
         if hasattr(grpo_module, name):
