@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gdpo_nemo.commands.train", "train one run on the local engine from a run config"),
     "quickstart": ("gdpo_nemo.commands.quickstart", "GRPO vs GDPO on the embedded CPU default"),
     "config": ("gdpo_nemo.commands.config", "compose, show and list the paper's run configs"),
-    "sweep": ("gdpo_nemo.sweep", "render, submit, watch and cancel a Slurm sweep"),
+    "sweep": ("gdpo_nemo.commands.sweep", "render, submit, watch and cancel a Slurm sweep"),
     "report": ("gdpo_nemo.commands.report", "regenerate the paper's tables and figures from logs"),
     "eval": ("gdpo_nemo.commands.eval", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
 }

@@ -24,6 +24,7 @@ from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.profiles import ClusterProfile
 from gdpo_nemo.sweep.render import render_script
 
+# What `--only KEY=VALUE` may filter on (gdpo-nemo sweep and engines.local.parallel).
 FILTER_KEYS = ("run", "task", "model", "algo", "seed")
 
 
@@ -68,19 +69,6 @@ class RunPlan:
         return self.run_id.name
 
 
-def parse_filters(only: list[str]) -> dict[str, set[str]]:
-    """`--only key=value` arguments -> {key: accepted values}; several values of a key are OR-ed."""
-    filters: dict[str, set[str]] = {}
-    for item in only:
-        key, sep, value = item.partition("=")
-        if not sep or not value:
-            raise SweepError(f"--only {item!r} is not key=value (keys: {', '.join(FILTER_KEYS)})")
-        if key not in FILTER_KEYS:
-            raise SweepError(f"--only {item!r}: unknown key {key!r}; accepted keys are {', '.join(FILTER_KEYS)}")
-        filters.setdefault(key, set()).add(value)
-    return filters
-
-
 def _fields(run_id: RunId) -> dict[str, str]:
     return {
         "run": run_id.name,
@@ -116,12 +104,14 @@ def plan_sweep(
     experiment: str,
     profile: ClusterProfile,
     sweep_dir: Path,
-    only: list[str] = (),
+    filters: dict[str, set[str]] | None = None,
     engine: str | None = None,
     workdir: Path | None = None,
 ) -> list[RunPlan]:
     """Compose, check and render every selected run of `experiment`; writes nothing.
 
+    filters: {key in FILTER_KEYS: accepted values} (`--only`, parsed by the command), every
+    run when None.
     engine: "nemo" or "local" for every run (the override gdpo.engine=<engine>), or None
     for the engine of each run's cluster config (configs/cluster/). workdir: the jobs'
     working directory (default: the current one, against which relative paths in the
@@ -129,7 +119,6 @@ def plan_sweep(
     """
     from gdpo_nemo import config as run_config
 
-    filters = parse_filters(list(only))
     try:
         specs = run_config.load_experiment(experiment)  # names the known ones if unknown
     except run_config.ConfigError as err:
@@ -141,7 +130,7 @@ def plan_sweep(
         if any(ch.isspace() for ch in str(path)):
             raise SweepError(f"{what} {str(path)!r} contains whitespace, which #SBATCH --output/--chdir lines cannot hold")
     plans = []
-    for run_id in select(list(by_id), filters):
+    for run_id in select(list(by_id), filters or {}):
         spec = by_id[run_id]
         run_dir = layout.run_dir(run_id.name)
         where = f"run {run_id.name} on profile {profile.name!r}"

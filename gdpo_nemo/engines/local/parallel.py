@@ -20,13 +20,12 @@ For one machine without Slurm: a GPU box where several small-model runs share th
    after an interruption finishes the experiment.
 
 The exit status is 0 when every run finished, 1 otherwise (the failed runs and their logs
-are named). `--smoke` swaps in `builtin:tiny` on the CPU at toy sizes (2 steps of 2 prompts
+are named), 2 on bad input. The flags and messages: gdpo_nemo.commands.local_parallel. `--smoke` swaps in `builtin:tiny` on the CPU at toy sizes (2 steps of 2 prompts
 x 2 rollouts, 8 new tokens): the whole pipeline in about a minute, for tests.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -75,20 +74,21 @@ class LocalRun:
         return rundir.is_done(self.run_dir)
 
 
-def plan_runs(experiment: str, out: Path, only=(), overrides=(), *, smoke: bool = False,
-              threads_per_run: int | None = None) -> list[LocalRun]:
-    """Compose and check the config of every selected run, then write them (a run that
-    started keeps the config it started with); returns the runs in the experiment's order.
-    ValueError naming the experiment, filter or run at fault, with nothing written."""
+def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = None, overrides=(), *,
+              smoke: bool = False, threads_per_run: int | None = None) -> list[LocalRun]:
+    """Compose and check the config of every run that `filters` ({key: accepted values}, as
+    `--only`; None: every run) selects, then write them (a run that started keeps the config
+    it started with); returns the runs in the experiment's order. ValueError naming the
+    experiment, filter or run at fault, with nothing written."""
     from gdpo_nemo import config as run_config
     from gdpo_nemo.engines.local.config import resolve_and_check
     from gdpo_nemo.run_id import RunId
     from gdpo_nemo.sweep.errors import SweepError
-    from gdpo_nemo.sweep.plan import parse_filters, place_run, select
+    from gdpo_nemo.sweep.plan import place_run, select
 
     try:
         specs = run_config.load_experiment(experiment)
-        chosen = set(select([spec.run_id for spec in specs], parse_filters(list(only))))
+        chosen = set(select([spec.run_id for spec in specs], filters or {}))
     except (run_config.ConfigError, SweepError) as err:
         raise ValueError(str(err)) from None
     extra = [*(SMOKE_OVERRIDES if smoke else ()), *overrides]
@@ -184,46 +184,9 @@ def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, lo
     return failed
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", nargs="?", help="experiment name (experiments/<name>.yaml)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides applied to every run, last")
-    parser.add_argument("--out", type=Path, default=None, help="output dir (default runs/<experiment>)")
-    parser.add_argument("--jobs", type=int, default=6, help="runs at a time (default 6)")
-    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
-                        help="restrict to runs with KEY=VALUE (run, task, model, algo, seed), as gdpo-nemo sweep")
-    parser.add_argument("--smoke", action="store_true", help="builtin:tiny on the CPU at toy sizes (tests)")
-    parser.add_argument("--prepare", nargs="+", metavar="CONFIG", help=argparse.SUPPRESS)
-    return parser.parse_intermixed_args(argv)  # overrides may follow options
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.prepare:
-        prepare_shared(args.prepare)
-        return 0
-    if not args.experiment:
-        print("error: name an experiment (experiments/<name>.yaml), e.g. gpu_study", file=sys.stderr)
-        return 2
-    if args.jobs < 1:
-        print(f"error: --jobs {args.jobs}: expected an int >= 1", file=sys.stderr)
-        return 2
-    out = (args.out or Path("runs") / args.experiment).resolve()
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    try:
-        runs = plan_runs(args.experiment, out, args.only, args.overrides, smoke=args.smoke, threads_per_run=threads)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, {threads} CPU thread(s) each")
-    started = time.monotonic()
-    failed = run_all(runs, args.jobs)
-    print(f"{len(runs) - len(failed)} of {len(runs)} run(s) finished; {time.monotonic() - started:.0f} s")
-    if failed:
-        print("failed: " + ", ".join(run.name for run in failed), file=sys.stderr)
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
+    # The command's front end (flags, error lines) is gdpo_nemo.commands.local_parallel;
+    # `python -m gdpo_nemo.engines.local.parallel` stays the name scripts and run_all use.
+    from gdpo_nemo.commands.local_parallel import main
+
     sys.exit(main())

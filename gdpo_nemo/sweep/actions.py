@@ -1,22 +1,23 @@
-"""`gdpo-nemo sweep EXPERIMENT --cluster PROFILE [--dry-run | --submit | --status | --cancel]`.
+"""What `gdpo-nemo sweep EXPERIMENT --cluster PROFILE [--dry-run | --submit | --status | --cancel]`
+does (its flags: gdpo_nemo.commands.sweep), one function per mode:
 
-- --dry-run (the default): compose every run, write its config and sbatch script into the
+- --dry-run (the default, `render_and_submit(..., submit=False)`): compose every run, write its config and sbatch script into the
   sweep dir and print the scripts; submits nothing.
-- --submit: the same, then submit what needs it; safe to repeat (see manifest.py):
+- --submit (`render_and_submit(..., submit=True)`): the same, then submit what needs it; safe to repeat (see manifest.py):
   finished runs are skipped, pending/running ones left alone, failed, cancelled and
   timed-out ones resubmitted (their job resumes from the latest checkpoint).
-- --status: a table of every run's state from squeue/sacct and the run dirs.
-- --cancel: scancel the sweep's pending and running jobs.
+- --status (`status`): a table of every run's state from squeue/sacct and the run dirs.
+- --cancel (`cancel`): scancel the sweep's pending and running jobs.
 
 Every check (experiment, profile, filters, configs, Slurm commands on PATH) runs before
-anything is written or submitted; an error exits with status 2 and names the bad input.
+anything is written or submitted; bad input raises SweepError naming it (the command exits
+2), a failing Slurm command SlurmError (exit 1).
 Where NeMo RL can be imported (--nemo-rl-python, $GDPO_NEMO_RL_PYTHON, or this Python), the
 nemo-engine run configs are also checked by NeMo RL's own loader and MasterConfig.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections import Counter
@@ -26,67 +27,15 @@ from gdpo_nemo import rundir
 from gdpo_nemo.run_id import RunId
 from gdpo_nemo.sweep import manifest as mf
 from gdpo_nemo.sweep import slurm
-from gdpo_nemo.sweep.errors import SlurmError, SweepError
-from gdpo_nemo.sweep.plan import FILTER_KEYS, RunPlan, SweepLayout, parse_filters, plan_sweep, select, write_plans
-from gdpo_nemo.sweep.profiles import ENGINES, ClusterProfile, load_profile
+from gdpo_nemo.sweep.errors import SweepError
+from gdpo_nemo.sweep.plan import RunPlan, SweepLayout, plan_sweep, select, write_plans
+from gdpo_nemo.sweep.profiles import ClusterProfile, load_profile
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The sweep command's arguments (cheap: imports no torch)."""
-    parser.add_argument("experiment", help="experiment name (experiments/<name>.yaml)")
-    parser.add_argument(
-        "--cluster",
-        metavar="PROFILE",
-        help="cluster profile: a name from slurm/profiles/ or a path to a profile .yaml"
-        " (required for --dry-run and --submit; --status/--cancel read it from the manifest)",
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_const", dest="mode", const="dry-run",
-                      help="write and print the sbatch scripts, submit nothing (default)")
-    mode.add_argument("--submit", action="store_const", dest="mode", const="submit",
-                      help="submit runs not finished and not queued; safe to repeat")
-    mode.add_argument("--status", action="store_const", dest="mode", const="status",
-                      help="print each run's state from squeue/sacct and its run dir")
-    mode.add_argument("--cancel", action="store_const", dest="mode", const="cancel",
-                      help="scancel the sweep's pending and running jobs")
-    parser.set_defaults(mode="dry-run")
-    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"restrict to runs with KEY=VALUE, KEY in {', '.join(FILTER_KEYS)};"
-                        " repeat a key to allow several values")
-    parser.add_argument("--engine", choices=ENGINES, default=None,
-                        help="nemo: NeMo RL through ray.sub; local: gdpo-nemo train"
-                        " (default: each run's cluster config, e.g. smoke -> local, toolcall -> nemo)")
-    parser.add_argument("--with-eval", action="store_true",
-                        help="also render (and with --submit, submit) an evaluation job per run that starts when its"
-                        " training job succeeds (--dependency=afterok) and runs `gdpo-nemo eval` on its newest"
-                        " checkpoint with the profile's eval_args; local engine only")
-    parser.add_argument("--nemo-rl-python", metavar="PYTHON", default=None,
-                        help="check every nemo-engine run config with NeMo RL's own loader and MasterConfig, run by"
-                        " this Python of NeMo RL's venv, before anything is written or submitted (default:"
-                        " $GDPO_NEMO_RL_PYTHON, or this Python when it imports nemo_rl; otherwise not run)")
-    parser.add_argument("--sweep-dir", type=Path, default=None,
-                        help="where the sweep's files go (default: sweeps/<experiment> under the current directory)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the chosen mode; 0 on success, 2 on bad input, 1 when a Slurm command fails."""
-    layout = SweepLayout((args.sweep_dir or Path("sweeps") / args.experiment).resolve())
-    try:
-        if args.mode in ("dry-run", "submit"):
-            return _render_and_maybe_submit(args, layout, submit=args.mode == "submit")
-        return _status(args, layout) if args.mode == "status" else _cancel(args, layout)
-    except SweepError as err:
-        print(f"gdpo-nemo sweep: error: {err}", file=sys.stderr)
-        return 2
-    except SlurmError as err:
-        print(f"gdpo-nemo sweep: Slurm error: {err}", file=sys.stderr)
-        return 1
-
-
-def _profile(args: argparse.Namespace) -> ClusterProfile:
-    if not args.cluster:
-        raise SweepError(f"--{args.mode} needs --cluster PROFILE (a name from slurm/profiles/ or a .yaml path)")
-    return load_profile(args.cluster)
+def _profile(cluster: str | None, mode: str) -> ClusterProfile:
+    if not cluster:
+        raise SweepError(f"--{mode} needs --cluster PROFILE (a name from slurm/profiles/ or a .yaml path)")
+    return load_profile(cluster)
 
 
 def _latest_checkpoint(run_dir: Path) -> str | None:
@@ -95,9 +44,16 @@ def _latest_checkpoint(run_dir: Path) -> str | None:
     return steps[-1][1].name if steps else None
 
 
-def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, submit: bool) -> int:
-    profile = _profile(args)
-    plans = plan_sweep(args.experiment, profile, layout.root, args.only, engine=args.engine)
+def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]], *,
+                      engine: str | None = None, with_eval: bool = False, nemo_rl_python: str | None = None,
+                      submit: bool = False) -> int:
+    """Plan every selected run of `experiment` on profile `cluster` (filters: {key: accepted
+    values}, as `--only`), write its config and script into `layout` and print them
+    (dry run), or submit what needs it (`submit`; see manifest.submit_action). engine:
+    "nemo"/"local" for every run, None for each run's own; with_eval: an evaluation job per
+    run; nemo_rl_python: NeMo RL's venv Python for its own config check. Exit code 0."""
+    profile = _profile(cluster, "submit" if submit else "dry-run")
+    plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
     if submit and "nemo" in engines and not (Path(str(profile.nemo_rl_dir)) / "ray.sub").is_file():
         raise SweepError(
@@ -110,25 +66,25 @@ def _render_and_maybe_submit(args: argparse.Namespace, layout: SweepLayout, *, s
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
-    nemo_rl_checked = _check_with_nemo_rl(plans, getattr(args, "nemo_rl_python", None))  # slowest: last
-    evals = _eval_scripts(plans, profile, layout) if args.with_eval else {}
+    nemo_rl_checked = _check_with_nemo_rl(plans, nemo_rl_python)  # slowest: last
+    evals = _eval_scripts(plans, profile, layout) if with_eval else {}
     if not submit:
         existing = mf.Manifest.load(layout.manifest)
         if existing:  # never overwrite the scripts of another profile's or engine's sweep
-            existing.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
+            existing.check_matches(experiment=experiment, cluster=profile.name, engine=engines)
         _write(plans, layout, existing)
         for plan in plans:
             print(f"==> {plan.script_path} <==\n{plan.script}")
             if plan.name in evals:
                 print(f"==> {evals[plan.name][0]} <==\n{evals[plan.name][1]}")
-        print(f"{len(plans)} run(s) of {args.experiment} rendered into {layout.root} for profile"
+        print(f"{len(plans)} run(s) of {experiment} rendered into {layout.root} for profile"
               f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
         _note_unchecked(nemo_rl_checked)
         return 0
     layout.root.mkdir(parents=True, exist_ok=True)
     with mf.locked(layout.root):
-        manifest = mf.Manifest.load(layout.manifest) or mf.Manifest(layout.manifest, args.experiment, profile.name, engines)
-        manifest.check_matches(experiment=args.experiment, cluster=profile.name, engine=engines)
+        manifest = mf.Manifest.load(layout.manifest) or mf.Manifest(layout.manifest, experiment, profile.name, engines)
+        manifest.check_matches(experiment=experiment, cluster=profile.name, engine=engines)
         _write(plans, layout, manifest)
         # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
         code = _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
@@ -261,24 +217,27 @@ def _require_manifest(layout: SweepLayout) -> None:
         raise SweepError(f"no sweep manifest at {layout.manifest}: submit first (--submit), or pass --sweep-dir")
 
 
-def _existing_manifest(args: argparse.Namespace, layout: SweepLayout) -> tuple[mf.Manifest, list[str]]:
+def _existing_manifest(experiment: str, layout: SweepLayout, cluster: str | None,
+                       filters: dict[str, set[str]]) -> tuple[mf.Manifest, list[str]]:
     """The sweep's manifest, checked against the command's experiment and profile, and the
-    names of its runs that --only selects. Call it holding the sweep dir's lock."""
+    names of its runs that the filters select. Call it holding the sweep dir's lock."""
     manifest = mf.Manifest.load(layout.manifest)
-    if args.experiment != manifest.experiment:
-        raise SweepError(f"{layout.root} holds experiment {manifest.experiment!r}, not {args.experiment!r}")
-    if args.cluster and load_profile(args.cluster).name != manifest.cluster:
-        raise SweepError(f"{layout.root} was submitted with --cluster {manifest.cluster!r}, not {args.cluster!r}")
+    if experiment != manifest.experiment:
+        raise SweepError(f"{layout.root} holds experiment {manifest.experiment!r}, not {experiment!r}")
+    if cluster and load_profile(cluster).name != manifest.cluster:
+        raise SweepError(f"{layout.root} was submitted with --cluster {manifest.cluster!r}, not {cluster!r}")
     run_ids = [RunId.parse(name) for name in manifest.runs]
-    names = [r.name for r in select(run_ids, parse_filters(args.only))]
+    names = [r.name for r in select(run_ids, filters)]
     return manifest, names
 
 
-def _status(args: argparse.Namespace, layout: SweepLayout) -> int:
+def status(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]]) -> int:
+    """Refresh the selected runs' states from squeue/sacct and print them as a table, with
+    each run's job, job count and newest checkpoint. Exit code 0."""
     _require_manifest(layout)
     slurm.require("squeue", action="--status")
     with mf.locked(layout.root):
-        manifest, names = _existing_manifest(args, layout)
+        manifest, names = _existing_manifest(experiment, layout, cluster, filters)
         _refresh(manifest, names)
         manifest.save()
     rows = [("RUN", "STATE", "JOB", "JOBS", "CHECKPOINT")]
@@ -294,11 +253,13 @@ def _status(args: argparse.Namespace, layout: SweepLayout) -> int:
     return 0
 
 
-def _cancel(args: argparse.Namespace, layout: SweepLayout) -> int:
+def cancel(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]]) -> int:
+    """scancel the selected runs' pending and running jobs and print what was cancelled.
+    Exit code 0."""
     _require_manifest(layout)
     slurm.require("squeue", "scancel", action="--cancel")
     with mf.locked(layout.root):
-        manifest, names = _existing_manifest(args, layout)
+        manifest, names = _existing_manifest(experiment, layout, cluster, filters)
         _refresh(manifest, names)
         live = [n for n in names if mf.is_live(manifest.runs[n].state)]
         slurm.cancel([manifest.runs[n].job_id for n in live])

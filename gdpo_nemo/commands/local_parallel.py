@@ -1,0 +1,62 @@
+"""Front end of ``python -m gdpo_nemo.engines.local.parallel EXPERIMENT [--out DIR]
+[--jobs N] [--only KEY=VALUE ...] [--smoke] [key=value ...]``: the flags, the error lines and
+the exit codes; what runs is gdpo_nemo.engines.local.parallel (plan_runs, run_all)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
+from gdpo_nemo.commands.sweep import only_filters
+from gdpo_nemo.engines.local import parallel
+
+PROG = f"python -m {parallel.MODULE}"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command's flags; `--prepare CONFIG ...` is run_all's own call (hidden)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=parallel.__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", nargs="?", help="experiment name (experiments/<name>.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides applied to every run, last")
+    parser.add_argument("--out", type=Path, default=None, help="output dir (default runs/<experiment>)")
+    parser.add_argument("--jobs", type=int, default=6, help="runs at a time (default 6)")
+    parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
+                        help="restrict to runs with KEY=VALUE (run, task, model, algo, seed), as gdpo-nemo sweep")
+    parser.add_argument("--smoke", action="store_true", help="builtin:tiny on the CPU at toy sizes (tests)")
+    parser.add_argument("--prepare", nargs="+", metavar="CONFIG", help=argparse.SUPPRESS)
+    return parser.parse_intermixed_args(argv)  # overrides may follow options
+
+
+def main(argv=None) -> int:
+    """Plan, prepare and run the experiment's runs; 0 every run finished, 1 some failed
+    (named on stderr), 2 bad input."""
+    args = parse_args(argv)
+    if args.prepare:
+        parallel.prepare_shared(args.prepare)
+        return 0
+    if not args.experiment:
+        return report_error(PROG, "name an experiment (experiments/<name>.yaml), e.g. gpu_study")
+    if args.jobs < 1:
+        return report_error(PROG, f"--jobs {args.jobs}: expected an int >= 1")
+    out = (args.out or Path("runs") / args.experiment).resolve()
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    try:
+        runs = parallel.plan_runs(args.experiment, out, only_filters(args.only), args.overrides, smoke=args.smoke,
+                                  threads_per_run=threads)
+    except ValueError as err:
+        return report_error(PROG, err, BAD_INPUT)
+    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, {threads} CPU thread(s) each")
+    started = time.monotonic()
+    failed = parallel.run_all(runs, args.jobs)
+    print(f"{len(runs) - len(failed)} of {len(runs)} run(s) finished; {time.monotonic() - started:.0f} s")
+    if failed:
+        return report_error(PROG, "failed: " + ", ".join(run.name for run in failed), FAILED)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
