@@ -25,6 +25,7 @@ import torch
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.commands import nemo_run
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo import data, metrics, plugin, run
 from gdpo_nemo.engines.nemo.estimators import (
@@ -434,7 +435,7 @@ def test_entry_point_stops_on_a_bad_override_before_launching(tmp_path):
 def test_entry_point_refuses_a_local_engine_config(tmp_path):
     config = cc.compose("gsm8k", "tiny", "gdpo")
     (tmp_path / "local.yaml").write_text(cc.dump(config))
-    assert run.main(["--config", str(tmp_path / "local.yaml")]) == 2
+    assert nemo_run.main(["--config", str(tmp_path / "local.yaml")]) == 2
 
 
 def test_entry_point_finds_run_grpo_from_the_environment_or_says_where_it_looked(tmp_path, monkeypatch):

@@ -18,30 +18,17 @@ installed ``nemo_rl`` package.
 
 from __future__ import annotations
 
-import argparse
 import os
 import runpy
 import sys
 from pathlib import Path
 
 from gdpo_nemo import rundir
-from gdpo_nemo.config import ConfigError, dump, load_config_file
+from gdpo_nemo.config import ConfigError, load_config_file
 
-__all__ = ["find_run_grpo", "main", "prepare_run_dir"]
+__all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
 
 RUN_GRPO_ENV = "GDPO_NEMO_RUN_GRPO"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gdpo_nemo.engines.nemo.run",
-        description="Run NeMo RL's GRPO on a gdpo_nemo run config (GDPO estimators, multi-reward"
-        " environments, per-component metrics). Extra arguments are Hydra overrides (key=value, +key=value).",
-    )
-    parser.add_argument("--config", required=True, help="run config YAML (gdpo-nemo config show ... -o FILE)")
-    parser.add_argument("--dry-run", action="store_true", help="validate and print the resolved config; start nothing")
-    parser.add_argument("--run-grpo", metavar="PATH", help=f"NeMo RL's examples/run_grpo.py (default: ${RUN_GRPO_ENV}, ./examples, next to nemo_rl)")
-    return parser
 
 
 def find_run_grpo(explicit: str | None = None) -> Path:
@@ -82,7 +69,9 @@ def prepare_run_dir(config: dict) -> Path:
     return run_dir
 
 
-def _launch(config: dict, script: Path) -> None:
+def launch(config: dict, script: Path) -> None:
+    """Steps 2-5 of the module docstring: run dir, metrics sink, plugin registration, NeMo
+    RL's ``run_grpo.py`` in this process, ``DONE`` unless stopped by a timeout."""
     from gdpo_nemo.engines.nemo import plugin
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
 
@@ -100,30 +89,22 @@ def _launch(config: dict, script: Path) -> None:
         rundir.mark_done(run_dir, "done\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Validate, register, run NeMo RL's GRPO. Exit code 2 on a bad config."""
-    args, overrides = _parser().parse_known_args(argv)
-    unknown_flags = [o for o in overrides if o.startswith("-") and not o.startswith("~")]
-    if unknown_flags:
-        print(f"error: unknown option(s) {unknown_flags}; overrides are key=value", file=sys.stderr)
-        return 2
-    try:
-        config = load_config_file(args.config, overrides)
-        if config["gdpo"]["engine"] != "nemo":
-            raise ConfigError(
-                f"gdpo.engine: {config['gdpo']['engine']!r}; this entry point runs gdpo.engine 'nemo' configs"
-                " (run local-engine configs with `gdpo-nemo train --config ...`, or pass gdpo.engine=nemo)"
-            )
-        if args.dry_run:
-            sys.stdout.write(dump(config))
-            return 0
-        script = find_run_grpo(args.run_grpo)
-    except ValueError as err:  # ConfigError included
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    _launch(config, script)
-    return 0
+def load_nemo_config(path, overrides=()) -> dict:
+    """The run config at `path` with Hydra-grammar `overrides`, validated
+    (gdpo_nemo.config.load_config_file); ConfigError naming the key at fault, or when the
+    config is not a ``gdpo.engine: nemo`` one."""
+    config = load_config_file(path, overrides)
+    if config["gdpo"]["engine"] != "nemo":
+        raise ConfigError(
+            f"gdpo.engine: {config['gdpo']['engine']!r}; this entry point runs gdpo.engine 'nemo' configs"
+            " (run local-engine configs with `gdpo-nemo train --config ...`, or pass gdpo.engine=nemo)"
+        )
+    return config
 
 
 if __name__ == "__main__":
+    # The entry point's front end (flags, error lines, exit codes) is gdpo_nemo.commands.nemo_run;
+    # `python -m gdpo_nemo.engines.nemo.run` stays the name rendered Slurm jobs call.
+    from gdpo_nemo.commands.nemo_run import main
+
     sys.exit(main())
