@@ -1,7 +1,7 @@
 """Run configs for the local engine: load, override, check against NeMo RL's schema.
 
 A run config is NeMo RL's GRPO config (the pinned commit's ``examples/configs/grpo_math_1B.yaml``
-key structure, shared/REFERENCE.md section 5) plus our ``gdpo:`` block (docs/interfaces.md).
+key structure, docs/nemo_rl.md) plus our ``gdpo:`` block (docs/interfaces.md).
 Every key of that structure has one of three fates here:
 
 - **used**: the local engine implements it with NeMo RL's meaning (``grpo.num_prompts_per_step``,
@@ -14,6 +14,11 @@ Every key of that structure has one of three fates here:
   replaces here. Accepted with any value; ``check_config`` returns one line naming them.
 
 A key that is in none of the three is an error listing the section's accepted keys.
+
+The gdpo block is not tabled here: its keys, defaults and checks are the settings classes of
+gdpo_nemo/config/settings.py, and its cross-key rules (weights naming no component, options
+that contradict) are gdpo_nemo/config/validate.py's, the same the composer runs. Files are
+read and overridden by gdpo_nemo.config.files and gdpo_nemo.config.overrides (Hydra's grammar).
 """
 
 from __future__ import annotations
