@@ -23,11 +23,15 @@ def _modules_after(argv: list[str]) -> set[str]:
     return set(done.stderr.split())
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["score", "--help"]])
-def test_help_and_score_import_no_torch(argv):
+@pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in COMMANDS)])
+def test_help_of_every_command_imports_no_torch(argv):
     modules = _modules_after(argv)
     assert "gdpo_nemo.cli" in modules
     assert "torch" not in modules and "transformers" not in modules
+
+
+def test_every_command_lives_in_gdpo_nemo_commands():
+    assert all(module.startswith("gdpo_nemo.commands.") for module, _ in COMMANDS.values())
 
 
 def test_key_value_splits_at_the_first_equals_sign():
