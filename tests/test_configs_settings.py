@@ -122,3 +122,21 @@ def test_the_run_config_docs_table_is_the_settings_classes():
         for path, d, _meaning, _source in describe(GdpoSettings)
     ]
     assert documented == expected
+
+
+def test_a_newly_registered_estimator_is_accepted_by_both_engines_configs_and_computed_by_ours():
+    from gdpo_nemo.advantages import ESTIMATORS, register_estimator, unregister_estimator
+
+    register_estimator("toy_centred", label="toy")(ESTIMATORS["grpo_no_std"].fn)
+    try:
+        composed = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "grpo", cluster="nemo_1n1g",
+                              overrides=["gdpo.estimator=toy_centred"])
+        assert composed["grpo"]["adv_estimator"]["name"] == "toy_centred"  # no NeMo RL equivalent
+        assert cc.needs_our_estimator(composed["gdpo"], composed["env"]) is True
+        assert isinstance(create_estimator(composed, lambda master: None), AdvantageEstimator)
+        local, _ = load_run_config(TINY, ["gdpo.estimator=toy_centred", "grpo.adv_estimator.name=toy_centred"])
+        assert local["gdpo"]["estimator"] == "toy_centred"
+    finally:
+        unregister_estimator("toy_centred")
+    with pytest.raises(cc.ConfigError, match="gdpo.estimator: 'toy_centred' is not accepted"):
+        cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "grpo", overrides=["gdpo.estimator=toy_centred"])
