@@ -140,3 +140,13 @@ def test_a_newly_registered_estimator_is_accepted_by_both_engines_configs_and_co
         unregister_estimator("toy_centred")
     with pytest.raises(cc.ConfigError, match="gdpo.estimator: 'toy_centred' is not accepted"):
         cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "grpo", overrides=["gdpo.estimator=toy_centred"])
+
+
+def test_the_option_values_the_settings_accept_are_the_estimators_own():
+    from gdpo_nemo import advantages
+    from gdpo_nemo.config import settings
+
+    assert settings.PRESETS == tuple(advantages.PRESETS)
+    assert settings.SCALE_REWARDS == advantages.SCALE_REWARDS
+    for value in settings.SINGLE_SAMPLE_GROUPS:
+        advantages.resolve_options(single_sample_groups=value)  # accepted there too

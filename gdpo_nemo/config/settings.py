@@ -11,7 +11,8 @@ A ``null`` numeric option means "the preset's": ``std_ddof``, ``eps`` and
 nemo_rl std_ddof 1, eps 1e-6; trl 1, 1e-4; verl 1, 1e-6), so ``preset: trl`` alone gives
 TRL's numerics.
 
-Nothing here imports torch.
+Nothing here imports torch until an estimator name is checked: the estimator registry
+(gdpo_nemo.advantages.ESTIMATORS) is the one list of estimators and is read live.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ __all__ = [
     "setting_table",
 ]
 
+# gdpo_nemo.advantages' PRESETS keys, SCALE_REWARDS and single-sample policies, restated so
+# that composing a config needs no torch (tests/test_configs_settings.py keeps them equal).
 PRESETS = ("nemo_rl", "trl", "verl")
 TASKS = ("toolcall", "gsm8k", "math", "code")
 ENGINES = ("local", "nemo")
