@@ -66,3 +66,14 @@ def test_a_bad_key_value_exits_2_with_the_command_named(capsys):
     assert main(["report", "--source", "runs", "--model-map", "qwen"]) == BAD_INPUT
     err = capsys.readouterr().err
     assert err == "gdpo-nemo report: error: --model-map 'qwen' is not TAG=KEY (e.g. qwen1.5b=qwen2.5-1.5b)\n"
+
+
+@pytest.mark.parametrize(("module", "argv", "message"), [
+    ("gdpo_nemo.engines.local.parallel", [], "name an experiment (experiments/<name>.yaml), e.g. gpu_study"),
+    ("gdpo_nemo.engines.nemo.run", ["--config", "run.yaml", "--bogus"],
+     "unknown option(s) ['--bogus']; overrides are key=value"),
+])
+def test_the_python_m_entry_points_print_the_same_error_line(module, argv, message):
+    done = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == BAD_INPUT
+    assert done.stderr == f"python -m {module}: error: {message}\n"
