@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, key_value, report_error
 from gdpo_nemo.sweep.errors import SlurmError
-from gdpo_nemo.sweep.plan import FILTER_KEYS
+from gdpo_nemo.sweep.plan import FILTER_KEYS, SweepLayout
 from gdpo_nemo.sweep.profiles import ENGINES
 
 
@@ -67,7 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the chosen mode; 0 on success, 2 on bad input, 1 when a Slurm command fails."""
     from gdpo_nemo.sweep import actions
-    from gdpo_nemo.sweep.plan import SweepLayout
 
     layout = SweepLayout((args.sweep_dir or Path("sweeps") / args.experiment).resolve())
     try:

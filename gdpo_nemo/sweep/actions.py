@@ -1,11 +1,12 @@
 """What `gdpo-nemo sweep EXPERIMENT --cluster PROFILE [--dry-run | --submit | --status | --cancel]`
-does (its flags: gdpo_nemo.commands.sweep), one function per mode:
+does (its flags: gdpo_nemo.commands.sweep), one function per mode, each printing its report:
 
-- --dry-run (the default, `render_and_submit(..., submit=False)`): compose every run, write its config and sbatch script into the
-  sweep dir and print the scripts; submits nothing.
-- --submit (`render_and_submit(..., submit=True)`): the same, then submit what needs it; safe to repeat (see manifest.py):
-  finished runs are skipped, pending/running ones left alone, failed, cancelled and
-  timed-out ones resubmitted (their job resumes from the latest checkpoint).
+- --dry-run (the default; `render_and_submit(..., submit=False)`): compose every run, write
+  its config and sbatch script into the sweep dir and print the scripts; submits nothing.
+- --submit (`render_and_submit(..., submit=True)`): the same, then submit what needs it; safe
+  to repeat (see manifest.py): finished runs are skipped, pending/running ones left alone,
+  failed, cancelled and timed-out ones resubmitted (their job resumes from the latest
+  checkpoint).
 - --status (`status`): a table of every run's state from squeue/sacct and the run dirs.
 - --cancel (`cancel`): scancel the sweep's pending and running jobs.
 
