@@ -150,3 +150,37 @@ def test_the_option_values_the_settings_accept_are_the_estimators_own():
     assert settings.SCALE_REWARDS == advantages.SCALE_REWARDS
     for value in settings.SINGLE_SAMPLE_GROUPS:
         advantages.resolve_options(single_sample_groups=value)  # accepted there too
+
+
+def _nemo_rl_paths(spec, prefix: str = "") -> set[str]:
+    """Every key path of gdpo_nemo.config.nemo_keys' tree (through Alt and ListOf)."""
+    from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf
+
+    if isinstance(spec, Alt):
+        return set().union(*(_nemo_rl_paths(option, prefix) for option in spec.options))
+    if isinstance(spec, ListOf):
+        return _nemo_rl_paths(spec.item, prefix)
+    if not isinstance(spec, dict):
+        return set()
+    paths = set()
+    for key, item in spec.items():
+        if key in ("*", WHEN_ENABLED):
+            continue
+        path = prefix + key.rstrip("?")
+        paths |= {path} | _nemo_rl_paths(item, path + ".")
+    return paths
+
+
+def test_every_nemo_rl_key_the_local_engine_knows_is_in_nemo_rls_key_tree():
+    from gdpo_nemo.config.nemo_keys import SCHEMA as NEMO_RL
+    from gdpo_nemo.engines.local.config import SCHEMA as LOCAL
+
+    def paths(node, prefix=""):
+        found = set()
+        for key, item in node.items():
+            found |= {prefix + key} | (paths(item, prefix + key + ".") if isinstance(item, dict) else set())
+        return found
+
+    local = paths({key: item for key, item in LOCAL.items() if key != "gdpo"})
+    loader_keys = {"defaults", "data._override_"}  # read by the file loader, not by NeMo RL's classes
+    assert local - _nemo_rl_paths(NEMO_RL) == loader_keys
