@@ -22,6 +22,8 @@ import math
 import os
 import secrets
 import struct
+import sys
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,8 +126,11 @@ class Tracker:
         if not self._file.closed:
             self._file.close()
         if self._wandb_run is not None:
-            self._wandb_run.finish(exit_code=exit_code)
-            self._wandb_run = None
+            run, self._wandb_run = self._wandb_run, None
+            sync_file = run.settings.sync_file if self.mode == "offline" else None
+            run.finish(exit_code=exit_code)
+            if sync_file:
+                _wait_for_wandb_exit(Path(sync_file))
 
     def __enter__(self):
         return self
@@ -186,6 +191,25 @@ def iter_wandb_records(path) -> Iterator[bytes]:
         elif kind == _LAST:
             yield pending + chunk
             pending = b""
+
+
+def _wait_for_wandb_exit(sync_file: Path, timeout: float = 60.0) -> bool:
+    """Wait until the offline run file `sync_file` holds its exit record (True), at most
+    `timeout` seconds (False, with a warning). W&B's service process writes the file after
+    `finish()` returns; a job that ends at once (Slurm, a test reading the file) would
+    otherwise find it without its last rows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if any(m.WhichOneof("record_type") == "exit" for m in iter_wandb_messages(sync_file)):
+                return True
+        except (OSError, ValueError):
+            pass  # not written yet
+        if time.monotonic() >= deadline:
+            print(f"gdpo_nemo.tracking: warning: {sync_file} has no exit record after {timeout:.0f} s;"
+                  " its last rows may be missing", file=sys.stderr)
+            return False
+        time.sleep(0.1)
 
 
 def iter_wandb_messages(path) -> Iterator:

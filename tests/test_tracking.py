@@ -5,11 +5,14 @@ run dir is read back with W&B's own protobuf records.
 """
 
 import json
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from gdpo_nemo.rundir import read_metrics, read_metrics_file
-from gdpo_nemo.tracking import Tracker, read_wandb_history, wandb_mode
+from gdpo_nemo.tracking import Tracker, _wait_for_wandb_exit, iter_wandb_messages, read_wandb_history, wandb_mode
 
 
 def test_each_log_call_appends_one_json_record_with_its_step(tmp_path):
@@ -124,6 +127,58 @@ def test_offline_wandb_run_in_the_run_dir_holds_the_logged_metrics(tmp_path, mon
         {"step": 1, "train/reward": 0.5, "train/reward/format": 0.25},
         {"step": 2, "train/reward": 0.75, "train/adv/distinct_groups": 3},
     ]
+
+
+def _offline_run_file(tmp_path, monkeypatch) -> Path:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with Tracker(tmp_path / "run", wandb_enabled=True) as tracker:
+        tracker.log({"train/reward": 0.5}, step=1)
+    (path,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    return path
+
+
+def _kinds(path) -> list[str]:
+    return [record.WhichOneof("record_type") for record in iter_wandb_messages(path)]
+
+
+def test_a_closed_tracker_leaves_the_offline_run_file_complete_with_its_exit_record(tmp_path, monkeypatch):
+    kinds = _kinds(_offline_run_file(tmp_path, monkeypatch))
+    assert kinds[-1] == "exit" and "history" in kinds
+
+
+def test_closing_waits_for_the_exit_record_that_w_and_bs_service_writes_late(tmp_path, monkeypatch):
+    whole = _offline_run_file(tmp_path, monkeypatch).read_bytes()
+    # The longest prefix of the real file without its exit record: what a reader may find
+    # just after finish() returns while W&B's service process is still writing.
+    cut = len(whole)
+    while "exit" in _kinds_of_bytes(tmp_path, whole[:cut]):
+        cut -= 1
+    path = tmp_path / "late.wandb"
+    path.write_bytes(whole[:cut])
+    writer = threading.Timer(0.5, path.write_bytes, args=(whole,))
+    writer.start()
+    started = time.monotonic()
+    assert _wait_for_wandb_exit(path, timeout=30) is True
+    assert time.monotonic() - started >= 0.4
+    writer.join()
+
+
+def test_a_run_file_that_never_gets_its_exit_record_is_reported_after_the_timeout(tmp_path, monkeypatch, capsys):
+    whole = _offline_run_file(tmp_path, monkeypatch).read_bytes()
+    path = tmp_path / "torn.wandb"
+    path.write_bytes(whole[: len(whole) // 2])
+    assert _wait_for_wandb_exit(path, timeout=0.3) is False
+    assert "has no exit record" in capsys.readouterr().err
+
+
+def _kinds_of_bytes(tmp_path, data: bytes) -> list[str]:
+    probe = tmp_path / "probe.wandb"
+    probe.write_bytes(data)
+    try:
+        return _kinds(probe)
+    except ValueError:
+        return []
 
 
 def test_resumed_wandb_run_keeps_its_run_id(tmp_path, monkeypatch):
