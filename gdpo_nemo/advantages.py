@@ -1,6 +1,6 @@
 """Advantage estimators for multi-reward GRPO-family training (paper Eqs. 1-6).
 
-Notation (shared/REFERENCE.md section 1): B samples in a batch, each the rollout of one
+Notation (the paper's Section 3; docs/estimators.md): B samples in a batch, each the rollout of one
 prompt; samples of one prompt form a group (G rollouts, groups may differ in size and need
 not be contiguous); K named reward components r_k.
 
@@ -296,21 +296,6 @@ def unregister_estimator(name: str) -> EstimatorInfo:
     return info
 
 
-class _Flagged:
-    """The names of the registered estimators whose `EstimatorInfo` field `flag` is true, read
-    from the registry at each test (`name in ...`), so later registrations count."""
-
-    def __init__(self, flag: str) -> None:
-        self.flag = flag
-
-    def __contains__(self, name: object) -> bool:
-        info = _REGISTRY.get(name) if isinstance(name, str) else None
-        return info is not None and bool(getattr(info, self.flag))
-
-    def __iter__(self):
-        return (name for name, info in _REGISTRY.items() if getattr(info, self.flag))
-
-
 # ---------------------------------------------------------------------------------------
 # Group statistics, vectorized with index_add / scatter_reduce over the group index.
 # ---------------------------------------------------------------------------------------
@@ -482,8 +467,6 @@ def gdpo(rewards, valid, groups, weights, options, token_mask):
     return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)
 
 
-# Read by compute_advantages; live, so that estimators registered later count too.
-_MULTI_COMPONENT = _Flagged("multi_component")
 
 
 # ---------------------------------------------------------------------------------------
@@ -633,7 +616,7 @@ def _dense_advantages(
     chunk's rewards are read from memory once and its further passes hit the cache; every
     per-group value is the same as in one piece.
     Returns float32 [B], or None where the general path must decide (NaN or infinite
-    rewards, extreme mean / std ratios)."""
+    rewards, extreme mean / std ratios, a batch std near cancellation)."""
     divide = form.divide_by_group_std and options.scale_rewards == "group"
     grouped = [column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size) for column in columns]
     num_groups = grouped[0].shape[0]
@@ -682,8 +665,12 @@ def _dense_advantages(
     batch_mean = centred.sum() / batch_size
     squares = torch.dot(centred, centred) - batch_size * batch_mean * batch_mean
     std = float((squares.clamp(min=0) / dof).sqrt()) if dof > 0 else 0.0
-    if std <= 0 or std <= RELATIVE_TOLERANCE * scale:
+    if std <= 0:
         return out.zero_()
+    if std <= RELATIVE_TOLERANCE * scale:
+        # `scale` bounds the general path's (sum_k of the largest |w_k A_k|) from above, so
+        # near cancellation that path decides, with the exact scale.
+        return None
     # Centre in float64 in place, then round once to float32 and scale there: a float64 ->
     # float32 `sub(..., out=)` takes torch's slow casting loop (3x the time of the two).
     out.copy_(centred.sub_(batch_mean))
@@ -788,7 +775,8 @@ def compute_advantages(
             for; +-inf is rejected.
         group_ids: ``Tensor[B]`` integer prompt-group id of each sample; groups may be of any
             size >= 2 and in any order.
-        estimator: a name in ``ESTIMATORS``: ``grpo``, ``grpo_no_std``, ``gdpo``, ``gdpo_no_bn``.
+        estimator: a registered name (``ESTIMATORS``; the paper's are ``grpo``, ``grpo_no_std``,
+            ``gdpo_no_bn`` and ``gdpo``).
         preset: ``nemo_rl`` | ``trl`` | ``verl`` | None: numerical defaults of that peer
             (see ``PRESETS``); the explicit options below override it.
         reward_weights: ``{name: w_k}``; components not named get 1 (paper: all 1).
@@ -813,10 +801,9 @@ def compute_advantages(
         ``Tensor[B]`` float32 on the rewards' device: one advantage per sample (constant
         over its tokens). Finite; 0 for samples whose components are all NaN.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; expected one of {sorted(ESTIMATORS)}")
+    info = estimator_info(estimator)
     columns, names = _as_columns(rewards, component_names)
-    if estimator in _MULTI_COMPONENT and len(names) < 2:
+    if info.multi_component and len(names) < 2:
         raise ValueError(
             f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
             f" got {names}. Use estimator='grpo' for a single reward"
@@ -835,9 +822,10 @@ def compute_advantages(
         single_sample_groups=single_sample_groups,
         strict=strict,
     )
-    if options.scale_rewards == "batch" and estimator != "grpo":
+    if options.scale_rewards not in info.scale_rewards:
         raise ValueError(
-            f"scale_rewards='batch' is TRL's GRPO option; estimator {estimator!r} takes 'group' or 'none'"
+            f"scale_rewards={options.scale_rewards!r} does not apply to estimator {estimator!r};"
+            f" it takes {' or '.join(repr(s) for s in info.scale_rewards)}"
         )
     if token_mask is not None:
         token_mask = torch.as_tensor(token_mask, device=device)
@@ -846,7 +834,6 @@ def compute_advantages(
                 f"token_mask has shape {tuple(token_mask.shape)}; expected Tensor[B, T] with B = {batch_size}"
             )
     weights = _weight_vector(names, reward_weights, device)
-    info = ESTIMATORS[estimator]
     dense = info.dense is not None and token_mask is None
     dense = dense and not (options.strict or options.leave_one_out or options.scale_rewards == "batch")
     size = _dense_group_size(group_ids, batch_size, device) if dense else None

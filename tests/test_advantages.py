@@ -325,3 +325,15 @@ def test_batch_norm_output_has_mean_0_and_std_1(batch):
     assert abs(float(out.double().mean())) < 1e-5
     if bool((out != 0).any()):
         assert abs(float(out.double().std()) - 1.0) < 1e-5
+
+
+def test_gdpo_keeps_a_sum_that_only_nearly_cancels_on_the_fast_path_too():
+    # One group of two: r0 = (1, 0.5) and r1 = (0.5, 2) normalize to +-0.25 / (0.3536 + eps)
+    # and -+0.75 / (1.0607 + eps), whose sum is +-1.3e-6: eps makes it real, not float residue
+    # (the batch std, 1.9e-6, is above 1e-6 x the components' 1.414). Batch-normalized that is
+    # -+1/sqrt(2). Consecutive ids take the dense path, whose cheap bound on the scale (2.0)
+    # would call it cancellation; it must hand such a batch to the exact decision.
+    rewards = {"r0": torch.tensor([1.0, 0.5]), "r1": torch.tensor([0.5, 2.0])}
+    expected = [-1 / math.sqrt(2), 1 / math.sqrt(2)]
+    close(compute_advantages(rewards, torch.tensor([0, 0]), "gdpo"), expected, tol=1e-5)
+    close(compute_advantages(rewards, torch.tensor([9, 9]), "gdpo"), expected, tol=1e-5)
