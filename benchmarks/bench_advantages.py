@@ -1,7 +1,7 @@
 """Benchmark: vectorized `compute_advantages` vs a per-group Python loop (same numbers).
 
 Prints, for each setting, the median and min time of ours and of the loop peer
-(gdpo_nemo.advantages_loop) and the ratio. Targets (issue 2): gdpo on 8,192 samples x 3
+(tests.support.advantages_loop) and the ratio. Targets (issue 2): gdpo on 8,192 samples x 3
 rewards under 5 ms on a 2-core CPU, and at least 20x faster than the loop. The 1M-sample
 batch runs with 1 and with 2 intra-op threads; for each it also prints single-pass bounds
 for the same bytes (the rewards, float64: 24 MB) at that thread count: one torch sum over
@@ -10,7 +10,7 @@ stream them from memory at the bandwidth a sum over a 512 MB array reaches; and 
 / each. Target (issue 16): within 5x of the single-pass bound. On a shared machine compare
 mins, and note the load (`uptime`).
 
-    python benchmarks/bench_advantages.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_advantages.py [--quick]
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def test_paper_toy_n2_g2_grpo_has_2_groups_gdpo_has_3():
 
 
 def test_grpo_has_121_groups_at_n2_g16():
-    # shared/REFERENCE.md: exact enumeration gives 121 (the blog's "about 120").
+    # Exact enumeration gives 121 (the paper's blog post says "about 120").
     assert count("grpo", 2, 16) == 121
 
 

@@ -75,7 +75,7 @@ def test_coding_keeps_two_and_three_objective_runs_apart_by_label():
 
 
 # ---------------------------------------------------------------------------------------
-# Paper hyperparameters (shared/REFERENCE.md section 3) on NeMo RL's keys
+# Paper hyperparameters (docs/nemo_rl.md section 3) on NeMo RL's keys
 # ---------------------------------------------------------------------------------------
 
 

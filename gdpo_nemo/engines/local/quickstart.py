@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 QUICKSTART_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "local" / "quickstart_gsm8k.yaml"
-ARMS = (("gdpo", "GDPO"), ("grpo", "GRPO"))
+ARMS = ("gdpo", "grpo")  # estimators; their labels come from the registry
 
 
 def arm_overrides(algo: str, steps: int | None) -> list:
@@ -39,16 +39,18 @@ def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, l
     """Train both arms (ARMS) into `out/<run id>/`: ({label: metrics records},
     {label: wall seconds of its run}, reward component names)."""
     from gdpo_nemo import rundir
+    from gdpo_nemo.advantages import estimator_info
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.trainer import train
     from gdpo_nemo.run_id import RunId
 
     histories, seconds, names = {}, {}, None
-    for algo, label in ARMS:
+    for algo in ARMS:
+        label = estimator_info(algo).label
         config, note = load_run_config(config_path, arm_overrides(algo, steps))
         run_dir = out / RunId.from_config(config).name
         print(f"== {label}: {run_dir}")
-        result = train(config, run_dir, ignored_note=note if algo == ARMS[0][0] else None)
+        result = train(config, run_dir, ignored_note=note if algo == ARMS[0] else None)
         histories[label] = rundir.read_metrics(run_dir)
         seconds[label] = result.wall_time_s
         names = config["gdpo"]["reward_components"] or [
