@@ -184,3 +184,18 @@ def test_every_nemo_rl_key_the_local_engine_knows_is_in_nemo_rls_key_tree():
     local = paths({key: item for key, item in LOCAL.items() if key != "gdpo"})
     loader_keys = {"defaults", "data._override_"}  # read by the file loader, not by NeMo RL's classes
     assert local - _nemo_rl_paths(NEMO_RL) == loader_keys
+
+
+def test_the_local_engine_passes_the_gdpo_blocks_estimator_options_to_compute_advantages():
+    import torch
+
+    from gdpo_nemo.advantages import compute_advantages
+    from gdpo_nemo.engines.local.trainer import advantages_for
+
+    rewards = {"format": torch.tensor([1.0, 0.0, 1.0, 0.0]), "correctness": torch.tensor([0.0, 0.0, 1.0, 0.0])}
+    groups, mask = torch.tensor([0, 0, 1, 1]), torch.ones(4, 3)
+    config, _ = load_run_config(TINY, ["gdpo.estimator=grpo", "gdpo.scale_rewards=none"])
+    got = advantages_for(rewards, groups, config["gdpo"], mask)
+    # sums [1, 0 | 2, 0]: centred +-0.5 and +-1, not divided by the group std (0.71, 1.41)
+    assert torch.equal(got, torch.tensor([0.5, -0.5, 1.0, -1.0]))
+    assert torch.equal(got, compute_advantages(rewards, groups, "grpo", preset="nemo_rl", scale_rewards="none"))

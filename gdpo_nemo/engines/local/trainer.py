@@ -132,20 +132,14 @@ def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) 
 
 
 def advantages_for(rewards: dict, group_ids: torch.Tensor, gdpo: dict, completion_mask: torch.Tensor) -> torch.Tensor:
-    """[N] advantages of the step from the registry (`gdpo_nemo.advantages`)."""
+    """[N] advantages of the step from the registry (`gdpo_nemo.advantages`), with every
+    estimator option of the gdpo block (`gdpo_nemo.config.settings.EstimatorSettings`)."""
     from gdpo_nemo.advantages import compute_advantages
+    from gdpo_nemo.config.settings import EstimatorSettings
 
-    return compute_advantages(
-        rewards,
-        group_ids,
-        gdpo["estimator"],
-        preset=gdpo["preset"],
-        reward_weights=gdpo["reward_weights"],
-        leave_one_out=gdpo["leave_one_out"],
-        std_ddof=gdpo["std_ddof"],
-        eps=gdpo["eps"],
-        token_mask=completion_mask if gdpo["batch_norm"] == "token" else None,
-    )
+    settings = EstimatorSettings.from_gdpo(gdpo)
+    token_mask = completion_mask if settings.batch_norm == "token" else None
+    return compute_advantages(rewards, group_ids, **settings.compute_kwargs(), token_mask=token_mask)
 
 
 def reward_metrics(rewards: dict, prefix: str) -> dict:
