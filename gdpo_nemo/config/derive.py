@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import TASKS, estimator_registry
+from gdpo_nemo.rundir import checkpoints_dir
 from gdpo_nemo.run_id import RunId
 
 __all__ = [
@@ -178,11 +179,11 @@ def derive(config: dict, keep: Iterable[str]) -> None:
         "logger.log_dir": str(log_dir),
         "logger.wandb.name": run_id.name,
         "logger.wandb.group": run_id.group,
-        "checkpointing.checkpoint_dir": str(run_dir / "checkpoints"),
+        "checkpointing.checkpoint_dir": str(checkpoints_dir(run_dir)),
     }
-    for path, value in values.items():
+    for path in DERIVED_KEYS:
         if not kept(path):
-            _set_path(config, path, value)
+            _set_path(config, path, values[path])
 
 
 

@@ -1,8 +1,7 @@
 """NeMo RL's GRPO config key tree at the pinned commit, written down once as data, and the
 walker that checks a config against it.
 
-Pinned commit: NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909 (shared/REFERENCE.md
-section 5). The key paths and types below were read from its config classes:
+Pinned commit: NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909 (docs/nemo_rl.md). The key paths and types below were read from its config classes:
 ``MasterConfig``, ``GRPOConfig``, ``AdvEstimatorConfig``, ``RewardShapingConfig``,
 ``RewardScalingConfig``, ``AsyncGRPOConfig``, ``RewardPenaltyConfig`` (pydantic models,
 ``nemo_rl/algorithms/grpo.py``, ``advantage_estimator.py``, ``reward_functions.py``),
@@ -44,9 +43,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEPARTURES", "NEMO_RL_COMMIT", "SCHEMA", "Alt", "ListOf", "WHEN_ENABLED", "check_against_schema"]
+__all__ = ["DEPARTURES", "SCHEMA", "Alt", "ListOf", "WHEN_ENABLED", "check_against_schema"]
 
-NEMO_RL_COMMIT = "7ea279abfbeb698b092856d0dab61e7cf39bc909"
 WHEN_ENABLED = "__when_enabled__"
 
 

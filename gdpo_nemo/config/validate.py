@@ -4,16 +4,18 @@
 checks, and reports every problem by key path in one ConfigError:
 
 - NeMo RL's key tree (gdpo_nemo/config/nemo_keys.py: unknown, missing, mistyped keys);
-- the gdpo block (`gdpo_problems`): each key against its settings check
-  (gdpo_nemo/config/settings.py), then what no single key shows: the reward set against
-  the task, weights that name no component, GDPO's need for two components, and estimator
-  options that only make sense together (scale_rewards "batch" is GRPO's, strict needs a
-  preset and takes its numbers, token batch norm is GDPO's);
+- the gdpo block: each key against its settings check (`gdpo_key_problems`,
+  gdpo_nemo/config/settings.py), then what no single key shows: the reward set against the
+  task, weights that name no component, GDPO's need for two components (`reward_problems`),
+  and estimator options that only make sense together (`estimator_option_problems`:
+  scale_rewards "batch" is GRPO's, strict needs a preset and takes its numbers, token batch
+  norm is GDPO's);
 - grpo.adv_estimator against the gdpo block, our environment and dataset blocks against the
   gdpo block, and what the nemo engine cannot run.
 
-The local engine's `check_config` runs `gdpo_problems` too (its NeMo RL keys have their own
-table), so weights naming an unknown component are refused before any model loads.
+The local engine's `check_config` runs `estimator_option_problems` and `reward_problems` too
+(its own table checks its NeMo RL keys and each gdpo key), so weights naming an unknown
+component are refused before any model loads.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ __all__ = [
     "check_cluster_consistency",
     "estimator_option_problems",
     "gdpo_key_problems",
-    "gdpo_problems",
     "reward_problems",
     "validate",
 ]
@@ -139,14 +140,6 @@ def estimator_option_problems(gdpo: Mapping) -> list[str]:
                     f"gdpo.{key}: {gdpo[key]!r} with gdpo.strict true; strict takes the preset's {key}: set it to null"
                 )
     return problems
-
-
-def gdpo_problems(gdpo: Mapping) -> list[str]:
-    """Every problem of a gdpo block, one line each starting with its key path; [] if none."""
-    problems = gdpo_key_problems(gdpo)
-    if problems:
-        return problems
-    return estimator_option_problems(gdpo) + reward_problems(gdpo)
 
 
 def _check_gdpo_block(config: Mapping, problems: list[str]) -> None:

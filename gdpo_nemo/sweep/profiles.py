@@ -48,7 +48,7 @@ REQUIRED = ("account", "partition", "time", "gpus_per_node")
 NEMO_REQUIRED = ("container", "nemo_rl_dir")
 
 # NGC's NeMo RL release images: a release older than the pinned commit's own version (0.6.0
-# on main at 7ea279ab, gdpo_nemo.config.nemo_keys.NEMO_RL_COMMIT) cannot hold that commit's
+# on main at 7ea279ab, the commit gdpo_nemo/config/nemo_keys.py was read from) cannot hold that commit's
 # environment (Python >= 3.13.14, torch 2.11.0, ray >= 2.55.1; v0.4.0 has Python 3.12,
 # torch 2.7.1, ray 2.46, vLLM 0.10), and `uv run` would have to re-sync it on a compute node.
 _NGC_RELEASE = re.compile(r"nemo-rl:v?(\d+)\.(\d+)(?:\.(\d+))?")

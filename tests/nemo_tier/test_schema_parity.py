@@ -5,7 +5,7 @@ key without NeMo RL installed, and refuses unknown keys, which NeMo RL's extra="
 classes keep silently). These tests read NeMo RL's classes (MasterConfig and every
 TypedDict / pydantic model under it) at the pinned commit and translate them into the copy's
 notation, so the two cannot drift: every difference must be one of the deliberate ones
-listed, with its reason, in nemo_schema.DEPARTURES.
+listed, with its reason, in nemo_keys.DEPARTURES.
 
 Translation: a TypedDict or pydantic model is a section (NotRequired keys and fields with a
 default end in "?"); ``X | None`` adds "null"; ``Literal[...]`` is the type of its values
@@ -23,7 +23,7 @@ import types
 import typing
 from pathlib import Path
 
-from gdpo_nemo.config import nemo_keys as nemo_schema
+from gdpo_nemo.config import nemo_keys
 from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf, _describe
 
 _SCALARS = {int: "int", float: "float", bool: "bool", str: "str", type(None): "null", Path: "str", os.PathLike: "str"}
@@ -93,7 +93,7 @@ def _join(specs: list):
 
 
 def translate(tp):
-    """One annotation of NeMo RL's config classes in nemo_schema's notation."""
+    """One annotation of NeMo RL's config classes in nemo_keys's notation."""
     tp = _strip(tp)
     if tp is typing.Any or tp is object:
         return "any"
@@ -226,16 +226,16 @@ def test_nemo_rl_master_config_translates_into_the_schema_notation():
     assert theirs["data"]["train"].options[0]["data_path?"] == "str"
 
 
-def test_our_schema_differs_from_nemo_rl_only_where_nemo_schema_says_why():
-    found = differences(nemo_schema.SCHEMA, _nemo_rl_schema())
-    unexplained = {path: what for path, what in found.items() if path not in nemo_schema.DEPARTURES}
+def test_our_schema_differs_from_nemo_rl_only_where_nemo_keys_says_why():
+    found = differences(nemo_keys.SCHEMA, _nemo_rl_schema())
+    unexplained = {path: what for path, what in found.items() if path not in nemo_keys.DEPARTURES}
     assert not unexplained, "\n".join(f"{path}: {what}" for path, what in sorted(unexplained.items()))
 
 
-def test_every_departure_listed_in_nemo_schema_still_exists():
-    found = differences(nemo_schema.SCHEMA, _nemo_rl_schema())
-    stale = sorted(set(nemo_schema.DEPARTURES) - set(found))
-    assert not stale, f"nemo_schema.DEPARTURES lists paths that no longer differ from NeMo RL: {stale}"
+def test_every_departure_listed_in_nemo_keys_still_exists():
+    found = differences(nemo_keys.SCHEMA, _nemo_rl_schema())
+    stale = sorted(set(nemo_keys.DEPARTURES) - set(found))
+    assert not stale, f"nemo_keys.DEPARTURES lists paths that no longer differ from NeMo RL: {stale}"
 
 
 def test_the_comparison_catches_a_null_our_schema_would_accept_and_nemo_rl_refuses():

@@ -29,6 +29,7 @@ from torch import Tensor
 from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
+from gdpo_nemo.rundir import checkpoint_steps
 
 __all__ = ["StepMetricsWriter", "ValidationCollector", "batch_group_ids", "component_metrics", "latest_checkpoint_step"]
 
@@ -149,9 +150,8 @@ def _scalar(value) -> bool:
 
 def latest_checkpoint_step(checkpoint_dir) -> int | None:
     """The largest N of the ``step_<N>`` folders NeMo RL saved in `checkpoint_dir`, or None."""
-    folder = Path(checkpoint_dir)
-    steps = [int(p.name[5:]) for p in folder.glob("step_*") if p.is_dir() and p.name[5:].isdigit()] if folder.is_dir() else []
-    return max(steps) if steps else None
+    steps = checkpoint_steps(checkpoint_dir)
+    return steps[-1][0] if steps else None
 
 
 class StepMetricsWriter:

@@ -10,7 +10,8 @@ starts) does, against the pinned commit's APIs:
 2. data processors: ``register_processor("gdpo_<task>", fn)`` (``nemo_rl.data.processors``);
 3. hooks, by replacing module attributes of ``nemo_rl.algorithms.grpo`` (its trainer looks
    them up at call time; no NeMo RL file is changed):
-   - ``_create_advantage_estimator``: our estimators for ``gdpo_no_bn`` / ``gdpo_nemo``;
+   - ``_create_advantage_estimator``: our estimator for what NeMo RL cannot run itself (``gdpo_no_bn``,
+     any estimator registered without a NeMo RL equivalent, the options it lacks);
    - ``run_multi_turn_rollout`` and ``run_async_multi_turn_rollout``: per-component reward
      means and collapse diagnostics added to the rollout metrics (logged as ``train/...``);
      during validation the batches are collected instead;
