@@ -108,12 +108,18 @@ def clear_done(run_dir) -> None:
 # ---- config.yaml ---------------------------------------------------------------------
 
 
+def config_yaml(config: Mapping) -> str:
+    """The run config as the YAML text of a ``config.yaml``, keys in their composed order:
+    the one serialization of a config (run dirs, sweep scripts, `gdpo-nemo config show`)."""
+    return yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=None, width=100)
+
+
 def write_config(run_dir, config: Mapping) -> Path:
-    """Write the resolved run config to ``<run_dir>/config.yaml`` as YAML, keys in their
-    composed order; creates the run dir. Returns the file's path."""
+    """Write the resolved run config to ``<run_dir>/config.yaml`` (`config_yaml`); creates
+    the run dir. Returns the file's path."""
     path = config_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=None, width=100))
+    path.write_text(config_yaml(config))
     return path
 
 

@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
 from gdpo_nemo.config.errors import ConfigError
+# The one serialization of a config, under the name this package's API has always used.
+from gdpo_nemo.rundir import config_yaml as dump
 
 __all__ = ["REPO_ROOT", "config_dir", "dump", "experiments_dir", "read_config_file", "read_with_inheritance", "to_plain"]
 
@@ -108,6 +108,3 @@ def read_config_file(path) -> dict:
     return OmegaConf.to_container(read_with_inheritance(Path(path)), resolve=False)
 
 
-def dump(config: Mapping) -> str:
-    """The config as YAML text, keys in their composed order."""
-    return yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=None, width=100)

@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gdpo_nemo.config.checks import Check, anything, boolean, integer, is_int, is_number, mapping, number, one_of, text
 from gdpo_nemo.config.derive import get_path
 from gdpo_nemo.config.errors import ConfigError
@@ -377,9 +375,3 @@ def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
 def resolve_and_check(config: dict) -> tuple[dict, str | None]:
     """`check_config` of an in-memory config (interpolations resolved first)."""
     return check_config(to_plain(copy.deepcopy(config)))
-
-
-def dump_config(config: dict, path) -> None:
-    """Write the resolved config as YAML (the run dir's config.yaml)."""
-    with open(path, "w") as handle:
-        yaml.safe_dump(config, handle, sort_keys=False, default_flow_style=None)

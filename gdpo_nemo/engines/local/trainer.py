@@ -40,7 +40,6 @@ import torch
 from gdpo_nemo import rundir
 from gdpo_nemo.engines.local import checkpoint as ckpt
 from gdpo_nemo.engines.local import device as dev
-from gdpo_nemo.engines.local.config import dump_config
 from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
 from gdpo_nemo.engines.local.prompts import DataOrder, PromptSet, left_pad, load_prompt_sets
@@ -266,7 +265,7 @@ def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print) -> tup
                              " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
     if resume and latest is None:
         log(f"--resume: no checkpoint in {rundir.checkpoints_dir(run_dir)}; starting from step 0")
-    dump_config(config, config_path)
+    rundir.write_config(run_dir, config)
     rundir.clear_done(run_dir)
     return latest
 
