@@ -7,8 +7,10 @@ batch runs with 1 and with 2 intra-op threads; for each it also prints single-pa
 for the same bytes (the rewards, float64: 24 MB) at that thread count: one torch sum over
 them, warm in cache as ours finds them (they fit this machine's 32 MB L3), and the time to
 stream them from memory at the bandwidth a sum over a 512 MB array reaches; and ours (min)
-/ each. Target (issue 16): within 5x of the single-pass bound. On a shared machine compare
-mins, and note the load (`uptime`).
+/ each. Target (issue 16): within 5x of the single-pass bound. For the 1M batch it also
+times the same call with the CPU kernel (gdpo_nemo.dense_kernel, numba) switched off: the
+torch ops that run on CUDA or without numba. On a shared machine compare mins, and note
+the load (`uptime`).
 
     PYTHONPATH=. python benchmarks/bench_advantages.py [--quick]
 """
@@ -21,6 +23,7 @@ import time
 
 import torch
 
+from gdpo_nemo import dense_kernel
 from gdpo_nemo.advantages import compute_advantages
 from tests.support.advantages_loop import loop_advantages
 
@@ -67,6 +70,8 @@ def main() -> None:
     for threads in (1, 2):  # the loop peer is single-threaded Python: timed once
         loop_repeats = 0 if args.quick or threads > 1 else 1
         settings.append((f"1M = 62,500 x 16 x 3, {threads} thread(s)", 62_500, 16, 3, 20, loop_repeats, threads))
+    kernel_available = dense_kernel.available()
+    print(f"CPU kernel (numba): {'on' if kernel_available else 'off (numba missing or GDPO_NEMO_NUMBA=0)'}")
     print(f"{'setting':<38}{'estimator':<11}{'ours median':>12}{'ours min':>10}{'loop':>10}{'loop/ours':>10}")
     for label, prompts, group_size, num_rewards, repeats, loop_repeats, threads in settings:
         torch.set_num_threads(threads)
@@ -85,6 +90,15 @@ def main() -> None:
                       f"{loop * 1e3:>8.0f}ms{loop / ours:>9.0f}x")
             else:
                 print(f"{label:<38}{estimator:<11}{ours * 1e3:>10.2f}ms{ours_min * 1e3:>8.2f}ms{'skipped':>10}")
+            if kernel_available and prompts * group_size >= 1_000_000:
+                # The same call with the CPU kernel switched off: the torch ops (CUDA's path).
+                dense_kernel._available = False
+                try:
+                    _, torch_min = timings(lambda: compute_advantages(rewards, group_ids, estimator), repeats)
+                finally:
+                    dense_kernel._available = True
+                print(f"{'':<38}{'':<11}torch ops alone (no numba kernel): {torch_min * 1e3:.2f} ms min,"
+                      f" {torch_min / ours_min:.1f}x ours")
             if bounds is not None:
                 warm, memory = bounds
                 megabytes = sum(v.numel() * v.element_size() for v in rewards.values()) / 1e6

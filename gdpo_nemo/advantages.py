@@ -60,6 +60,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from gdpo_nemo import dense_kernel
+
 __all__ = [
     "COLLAPSE_KINDS",
     "ESTIMATORS",
@@ -512,9 +514,11 @@ def _as_columns(
     return [matrix[:, k] for k in range(matrix.shape[1])], names
 
 
-def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) -> int | None:
+def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device, verify: bool = True) -> int | None:
     """G when `group_ids` are consecutive runs of one size G >= 2 with distinct ids (the
-    usual layout of a rollout batch), found without sorting the batch; else None."""
+    usual layout of a rollout batch), found without sorting the batch; else None. With
+    `verify` False, G is read from the first run only and the caller checks the rest (the
+    CPU kernel does, in its pass over the rewards)."""
     ids = torch.as_tensor(group_ids, device=device)
     if ids.dim() != 1 or ids.shape[0] != batch_size or batch_size < 2:
         return None
@@ -530,7 +534,9 @@ def _dense_group_size(group_ids: Tensor, batch_size: int, device: torch.device) 
         return None
     if size < 2 or batch_size % size:
         return None
-    blocks = ids.view(-1, size)
+    if not verify:
+        return size
+    blocks = ids.view(-1, size) if ids.is_contiguous() else ids.reshape(-1, size)
     # torch.equal against the broadcast first column reads the ids once and allocates
     # nothing, where `(blocks == first).all()` writes and rescans a [B] bool mask.
     if not torch.equal(blocks, blocks[:, :1].expand_as(blocks)):
@@ -616,7 +622,8 @@ def _dense_advantages(
     chunk's rewards are read from memory once and its further passes hit the cache; every
     per-group value is the same as in one piece.
     Returns float32 [B], or None where the general path must decide (NaN or infinite
-    rewards, extreme mean / std ratios, a batch std near cancellation)."""
+    rewards, extreme mean / std ratios, a batch std near cancellation).
+    On CPU, `gdpo_nemo.dense_kernel` computes the same in one pass instead."""
     divide = form.divide_by_group_std and options.scale_rewards == "group"
     grouped = [column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size) for column in columns]
     num_groups = grouped[0].shape[0]
@@ -836,11 +843,22 @@ def compute_advantages(
     weights = _weight_vector(names, reward_weights, device)
     dense = info.dense is not None and token_mask is None
     dense = dense and not (options.strict or options.leave_one_out or options.scale_rewards == "batch")
-    size = _dense_group_size(group_ids, batch_size, device) if dense else None
-    if size is not None:  # the common layout, in few passes (None: a reward is NaN or infinite)
-        advantages = _dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
+    kernel = dense and device.type == "cpu" and dense_kernel.available()
+    size = _dense_group_size(group_ids, batch_size, device, verify=not kernel) if dense else None
+    if size is not None:  # the common layout, in few passes (None: the general path decides)
+        if kernel:  # one pass over the rewards and ids, which it checks (numba)
+            form = info.dense
+            advantages = dense_kernel.dense_advantages(
+                columns, torch.as_tensor(group_ids, device=device), size, weights,
+                divide=form.divide_by_group_std and options.scale_rewards == "group",
+                sum_first=not info.multi_component, batch_norm=form.batch_norm, eps=options.eps,
+                ddof=options.std_ddof, batch_norm_eps=options.batch_norm_eps, tolerance=RELATIVE_TOLERANCE,
+            )
+        else:  # torch ops, on any device
+            advantages = _dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
+            advantages = None if advantages is None else _checked(advantages, estimator)
         if advantages is not None:
-            return _checked(advantages, estimator)
+            return advantages
     matrix = torch.stack(columns, dim=1)
     infinite = torch.isinf(matrix)
     if bool(infinite.any()):
@@ -856,7 +874,7 @@ def compute_advantages(
         token_mask = None if token_mask is None else token_mask[order]
     valid = ~torch.isnan(matrix)
     values = torch.where(valid, matrix, torch.zeros_like(matrix))
-    advantages = ESTIMATORS[estimator](values, valid, groups, weights, options, token_mask)
+    advantages = info(values, valid, groups, weights, options, token_mask)
     if order is not None:
         advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
     return _checked(advantages, estimator)

@@ -24,7 +24,7 @@ NEMO_PACKAGES=(
   transformers num2words mlflow-skinny swanlab pyzmq pybase64 zstandard tensordict colored
   pydantic fastapi uvicorn prometheus-client debugpy nvtx soundfile scipy
 )
-OUR_PACKAGES=(pyyaml pandas pyarrow tqdm gguf safetensors tokenizers pytest pytest-timeout)
+OUR_PACKAGES=(pyyaml pandas pyarrow tqdm gguf safetensors tokenizers numba pytest pytest-timeout)
 # Where the lock leaves NeMo RL's uv.lock, and why (one "name==version  # reason" a line).
 NEMO_LOCK_DEPARTURES=(
   "torch==$TORCH_VERSION  # uv.lock: 2.11.0+cu130; PyPI's 2.11.0 is the CUDA build (GBs of nvidia-* wheels), so the dev/CI CPU wheel"
