@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -68,6 +69,9 @@ def available() -> bool:
             try:
                 _get_kernels()
             except ImportError:
+                _available = False
+            except Exception as error:  # numba present but unusable here (e.g. no cache dir)
+                warnings.warn(f"gdpo_nemo: the numba kernel is off ({error!r}); the torch path computes the same, slower")
                 _available = False
             else:
                 _available = True
