@@ -189,6 +189,10 @@ class DenseForm:
     divide_by_group_std: bool = True
     batch_norm: bool = False
 
+    def divides(self, options: AdvantageOptions) -> bool:
+        """Whether the centred values are divided by their group std under `options`."""
+        return self.divide_by_group_std and options.scale_rewards == "group"
+
 
 @dataclass(frozen=True)
 class EstimatorInfo:
@@ -469,8 +473,6 @@ def gdpo(rewards, valid, groups, weights, options, token_mask):
     return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)
 
 
-
-
 # ---------------------------------------------------------------------------------------
 # Public entry: input checking, then the registry.
 # ---------------------------------------------------------------------------------------
@@ -624,7 +626,7 @@ def _dense_advantages(
     Returns float32 [B], or None where the general path must decide (NaN or infinite
     rewards, extreme mean / std ratios, a batch std near cancellation).
     On CPU, `gdpo_nemo.dense_kernel` computes the same in one pass instead."""
-    divide = form.divide_by_group_std and options.scale_rewards == "group"
+    divide = form.divides(options)
     grouped = [column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size) for column in columns]
     num_groups = grouped[0].shape[0]
     centred = grouped[0].new_empty((num_groups, size))  # sum_k f_k (x_k - m_k), float64
@@ -682,6 +684,18 @@ def _dense_advantages(
     # float32 `sub(..., out=)` takes torch's slow casting loop (3x the time of the two).
     out.copy_(centred.sub_(batch_mean))
     return out.mul_(1.0 / (std + options.batch_norm_eps))
+
+
+def _kernel_advantages(
+    columns: list[Tensor], group_ids: Tensor, size: int, info: EstimatorInfo, weights: Tensor, options: AdvantageOptions
+) -> Tensor | None:
+    """The dense path on CPU by `gdpo_nemo.dense_kernel` (checked float32 advantages), or
+    None where the general path must decide, group ids that are not runs of `size` included."""
+    return dense_kernel.dense_advantages(
+        columns, group_ids, size, weights, divide=info.dense.divides(options), sum_first=not info.multi_component,
+        batch_norm=info.dense.batch_norm, eps=options.eps, ddof=options.std_ddof,
+        batch_norm_eps=options.batch_norm_eps, tolerance=RELATIVE_TOLERANCE,
+    )
 
 
 def _group_index(
@@ -847,13 +861,7 @@ def compute_advantages(
     size = _dense_group_size(group_ids, batch_size, device, verify=not kernel) if dense else None
     if size is not None:  # the common layout, in few passes (None: the general path decides)
         if kernel:  # one pass over the rewards and ids, which it checks (numba)
-            form = info.dense
-            advantages = dense_kernel.dense_advantages(
-                columns, torch.as_tensor(group_ids, device=device), size, weights,
-                divide=form.divide_by_group_std and options.scale_rewards == "group",
-                sum_first=not info.multi_component, batch_norm=form.batch_norm, eps=options.eps,
-                ddof=options.std_ddof, batch_norm_eps=options.batch_norm_eps, tolerance=RELATIVE_TOLERANCE,
-            )
+            advantages = _kernel_advantages(columns, torch.as_tensor(group_ids, device=device), size, info, weights, options)
         else:  # torch ops, on any device
             advantages = _dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
             advantages = None if advantages is None else _checked(advantages, estimator)

@@ -57,17 +57,12 @@ def _general(rewards: dict, groups: torch.Tensor, estimator: str, **options) -> 
 
 def _kernel(rewards: dict, groups: torch.Tensor, estimator: str, **options) -> torch.Tensor | None:
     """The kernel's own answer (None: it hands the batch to the general path)."""
-    info = ESTIMATORS[estimator]
     opts = advantages.resolve_options(options.pop("preset", None), **options)
     size = advantages._dense_group_size(groups, groups.shape[0], torch.device("cpu"), verify=False)
     assert size is not None
     weights = torch.ones(len(rewards), dtype=torch.float64)
-    return dense_kernel.dense_advantages(
-        [v.double() for v in rewards.values()], groups, size, weights,
-        divide=info.dense.divide_by_group_std and opts.scale_rewards == "group", sum_first=not info.multi_component,
-        batch_norm=info.dense.batch_norm, eps=opts.eps, ddof=opts.std_ddof, batch_norm_eps=opts.batch_norm_eps,
-        tolerance=advantages.RELATIVE_TOLERANCE,
-    )
+    columns = [v.double() for v in rewards.values()]
+    return advantages._kernel_advantages(columns, groups, size, ESTIMATORS[estimator], weights, opts)
 
 
 @settings(max_examples=60, deadline=None)
