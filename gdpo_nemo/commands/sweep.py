@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gdpo_nemo.commands.args import BAD_INPUT, FAILED, key_value, report_error
+from gdpo_nemo.commands.args import FAILED, key_value, report_error
 from gdpo_nemo.sweep.errors import SlurmError
 from gdpo_nemo.sweep.plan import FILTER_KEYS, SweepLayout
 from gdpo_nemo.sweep.profiles import ENGINES
@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen mode; 0 on success, 2 on bad input, 1 when a Slurm command fails."""
+    """Run the chosen mode; 0 on success, 1 when a Slurm command fails; bad input is a
+    ValueError, which gdpo_nemo.cli reports (exit 2)."""
     from gdpo_nemo.sweep import actions
 
     layout = SweepLayout((args.sweep_dir or Path("sweeps") / args.experiment).resolve())
@@ -77,7 +78,5 @@ def run(args: argparse.Namespace) -> int:
                                              submit=args.mode == "submit")
         mode = actions.status if args.mode == "status" else actions.cancel
         return mode(args.experiment, layout, args.cluster, filters)
-    except ValueError as err:  # SweepError included
-        return report_error("gdpo-nemo sweep", err, BAD_INPUT)
     except SlurmError as err:
         return report_error("gdpo-nemo sweep", f"Slurm: {err}", FAILED)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from gdpo_nemo.config.checks import is_int
 from gdpo_nemo.config.derive import derive, drop_unread_data_paths
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import config_dir, read_with_inheritance, to_plain
@@ -29,7 +30,6 @@ def group_options(group: str) -> list[str]:
         raise ConfigError(f"unknown config group {group!r}; groups are {list(GROUPS)}")
     folder = config_dir() / group
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-
 
 
 def hydra_compose(overrides: list[str]):
@@ -108,7 +108,7 @@ def compose(
     """
     for group, value in (("task", task), ("model", model), ("algo", algo), ("cluster", cluster)):
         _check_choice(group, value)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ConfigError(f"grpo.seed: seed={seed!r} must be a non-negative int")
     if isinstance(overrides, str):
         raise ConfigError(f"overrides must be a list of key=value strings, got the string {overrides!r}")
@@ -127,8 +127,9 @@ def compose(
         *overrides,
     ]
     config = to_plain(hydra_compose(hydra_overrides))
-    derive(config, keep=[override_key(o) for o in overrides])
-    drop_unread_data_paths(config, keep=[override_key(o) for o in overrides])
+    keep = [override_key(o) for o in overrides]
+    derive(config, keep=keep)
+    drop_unread_data_paths(config, keep=keep)
     validate(config)
     return config
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from gdpo_nemo.config.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import TASKS, estimator_registry
 from gdpo_nemo.rundir import checkpoints_dir
@@ -108,7 +109,7 @@ def needs_our_estimator(gdpo: Mapping, env_blocks: Mapping | None = None) -> boo
 
 
 def _close(a, b) -> bool:
-    return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
+    return is_number(a) and math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
 
 
 def adv_estimator_for(gdpo: Mapping, env_blocks: Mapping | None = None) -> dict:

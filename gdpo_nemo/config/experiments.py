@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from gdpo_nemo.config.checks import is_int
 from gdpo_nemo.config.compose import compose, group_options, hydra_compose
 from gdpo_nemo.config.errors import ConfigError, first_line
 from gdpo_nemo.config.files import config_dir, experiments_dir
@@ -80,7 +81,7 @@ def _str_list(value, where: str) -> list[str]:
 
 
 def _seed_list(value, where: str) -> list[int]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+    if not isinstance(value, list) or not value or not all(is_int(v) and v >= 0 for v in value):
         raise ConfigError(f"{where}: {value!r} must be a non-empty list of non-negative ints")
     return list(value)
 
@@ -156,9 +157,10 @@ def _block_runs(name: str, block, data: dict, where: str) -> list[RunSpec]:
     if not isinstance(label, str) or "{algo}" not in label:
         raise ConfigError(f"{where}.label: {label!r} must be a format string containing {{algo}}")
     for group, values in (("task", tasks), ("model", models), ("algo", algos), ("cluster", [cluster])):
+        accepted = group_options(group)
         for value in values:
-            if value not in group_options(group):
-                raise ConfigError(f"{where}: {group} {value!r} is not a {group} config; accepted: {group_options(group)}")
+            if value not in accepted:
+                raise ConfigError(f"{where}: {group} {value!r} is not a {group} config; accepted: {accepted}")
     runs = []
     for task in tasks:
         for model in models:

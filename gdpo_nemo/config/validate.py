@@ -24,7 +24,7 @@ from dataclasses import fields
 from typing import Mapping
 
 from gdpo_nemo.config import nemo_keys
-from gdpo_nemo.config.checks import is_number
+from gdpo_nemo.config.checks import is_int, is_number
 from gdpo_nemo.config.derive import DATASET_CLASS, ENV_NAMES, PROCESSOR_NAMES, adv_estimator_for, get_path, our_env_blocks
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import GdpoSettings, estimator_registry, multi_component_estimators
@@ -220,10 +220,18 @@ def _check_env_block(name: str, block, gdpo: Mapping, problems: list[str]) -> No
                 f"env.{name}.{key}: {block[key]!r} differs from gdpo.{gdpo_key}={gdpo[gdpo_key]!r}"
                 f" (the environment scores what the estimator normalizes; write ${{gdpo.{gdpo_key}}})"
             )
+    problems.extend(env_value_problems(block, f"env.{name}"))
+
+
+def env_value_problems(block: Mapping, where: str) -> list[str]:
+    """An env.<name> block's worker count and data-error policy (its keys already checked
+    against ENV_SCHEMA); also what the NeMo RL environment checks when it starts."""
+    problems = []
     if block["num_workers"] < 1:
-        problems.append(f"env.{name}.num_workers: {block['num_workers']} must be >= 1")
+        problems.append(f"{where}.num_workers: {block['num_workers']} must be >= 1")
     if block["on_data_error"] not in ON_DATA_ERROR:
-        problems.append(f"env.{name}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
+        problems.append(f"{where}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
+    return problems
 
 
 def _check_data_block(merged: Mapping, where: str, gdpo: Mapping, env: Mapping, problems: list[str]) -> None:
@@ -320,7 +328,7 @@ def check_cluster_consistency(config: Mapping, nodes: int, gpus_per_node: int) -
     Raises ConfigError naming the key and both numbers.
     """
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_int(value) or value < 0:
             raise ConfigError(f"Slurm request {name}={value!r} must be a non-negative int")
     engine = get_path(config, "gdpo.engine")
     if engine == "local":

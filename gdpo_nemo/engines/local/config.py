@@ -374,4 +374,4 @@ def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
 
 def resolve_and_check(config: dict) -> tuple[dict, str | None]:
     """`check_config` of an in-memory config (interpolations resolved first)."""
-    return check_config(to_plain(copy.deepcopy(config)))
+    return check_config(to_plain(config))  # to_plain builds a new dict

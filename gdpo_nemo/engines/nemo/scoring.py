@@ -51,15 +51,11 @@ class EnvSettings:
     def from_config(cls, block: Mapping, where: str = "env") -> "EnvSettings":
         """Settings from an ``env.<name>`` block; ValueError naming the key at fault."""
         from gdpo_nemo.config import nemo_keys
-        from gdpo_nemo.config.validate import ENV_SCHEMA, ON_DATA_ERROR
+        from gdpo_nemo.config.validate import ENV_SCHEMA, env_value_problems
 
-        problems = nemo_keys.check_against_schema(dict(block), ENV_SCHEMA, where)
+        problems = nemo_keys.check_against_schema(dict(block), ENV_SCHEMA, where) or env_value_problems(block, where)
         if problems:
             raise ValueError("; ".join(problems))
-        if block["num_workers"] < 1:
-            raise ValueError(f"{where}.num_workers: {block['num_workers']} must be >= 1")
-        if block["on_data_error"] not in ON_DATA_ERROR:
-            raise ValueError(f"{where}.on_data_error: {block['on_data_error']!r} is not one of {list(ON_DATA_ERROR)}")
         return cls(
             task=block["task"],
             components=tuple(block["components"]),
