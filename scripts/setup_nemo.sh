@@ -30,10 +30,13 @@ fi
 
 make_venv setup_nemo "$PYTHON" .venv-nemo
 lock=requirements/nemo-py3.11.txt
-want=$( (cat "$lock" pyproject.toml; echo "$archive_sum"; sed -n '/^# shim:/,$p' "$0") | sha256sum | cut -d' ' -f1)
+nodeps=requirements/nemo-nodeps-py3.11.txt
+want=$( (cat "$lock" "$nodeps" pyproject.toml; echo "$archive_sum"; sed -n '/^# shim:/,$p' "$0") | sha256sum | cut -d' ' -f1)
 if needs_install .venv-nemo "$want"; then
   echo "setup_nemo: installing the pinned versions of $lock"
   .venv-nemo/bin/pip install -q -r "$lock"
+  # Packages whose declared pins do not fit (nemo_automodel for the v2 worker, the embedded model): see the file.
+  .venv-nemo/bin/pip install -q --no-deps -r "$nodeps"
   .venv-nemo/bin/pip install -q --no-deps -e .
   site=$(.venv-nemo/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # NeMo RL's checkout on the path, as `uv run` in a checkout has it (examples/ beside nemo_rl/).

