@@ -289,6 +289,26 @@ def _check_engine(config: Mapping, problems: list[str]) -> None:
                 f"checkpointing.metric_name: {metric!r} names no reward component; gdpo_nemo logs"
                 f" {[f'{prefix}:reward/{c}' for c in components]}"
             )
+    # Traps NeMo RL springs only at run time (the first checkpoint, the first step): refused here.
+    dtensor = get_path(config, "policy.dtensor_cfg") or {}
+    save_format = get_path(config, "checkpointing.model_save_format")
+    if dtensor.get("enabled") and dtensor.get("_v2") is False and save_format is not None:
+        problems.append(
+            f"checkpointing.model_save_format: {save_format!r} with policy.dtensor_cfg._v2: false; NeMo RL's v1 DTensor"
+            " worker saves torch DCP only and refuses any format at the first checkpoint: set"
+            " checkpointing.model_save_format=null, or policy.dtensor_cfg._v2=true (our configs' worker)"
+        )
+    if get_path(config, "grpo.use_dynamic_sampling") and not (get_path(config, "grpo.dynamic_sampling_max_gen_batches") or 0) >= 1:
+        problems.append("grpo.dynamic_sampling_max_gen_batches: must be at least 1 when grpo.use_dynamic_sampling is true"
+                        " (NeMo RL asserts it at the first step)")
+    multiplier = get_path(config, "grpo.batch_multiplier")
+    if multiplier not in (None, 1) and not get_path(config, "grpo.use_dynamic_sampling"):
+        problems.append(f"grpo.batch_multiplier: {multiplier!r} needs grpo.use_dynamic_sampling: true (NeMo RL asserts it in setup)")
+    logger = get_path(config, "logger") or {}
+    for backend in ("tensorboard", "wandb", "mlflow", "swanlab"):
+        if logger.get(f"{backend}_enabled") and not isinstance(logger.get(backend), Mapping):
+            problems.append(f"logger.{backend}: missing; NeMo RL's Logger reads it when logger.{backend}_enabled is true"
+                            f" (add {backend}: {{}})")
     generation = get_path(config, "policy.generation") or {}
     if generation.get("backend") == "vllm" and "vllm_cfg" not in generation:
         problems.append("policy.generation.vllm_cfg: missing; backend 'vllm' needs it")

@@ -139,24 +139,54 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
-def local_ray():
-    """A real local Ray (2 CPUs), as NeMo RL's init_ray would start one on a CPU machine;
-    our package is importable in its workers."""
+def other_ray():
+    """Another Ray instance on the machine, started in a process of its own before the
+    tier's Ray and running through the whole tier: nothing of ours or NeMo RL's may attach
+    to it or fail because of it (users run beside other Ray jobs, CI beside other suites)."""
+    if not INSIDE:
+        yield None
+        return
+    temp = tempfile.mkdtemp(prefix="go", dir="/tmp")
+    script = ("import ray, sys; ray.init(num_cpus=1, include_dashboard=False); "
+              "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read()")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env={**env, "RAY_TMPDIR": temp}, start_new_session=True)
+    address = process.stdout.readline().strip()
+    try:
+        yield address
+    finally:
+        import signal
+
+        process.stdin.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # its raylet, GCS and workers share its process group
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_ray(other_ray):
+    """A real local Ray of this process (no GPUs, 4 logical CPUs: NeMo RL's policy worker,
+    its initializer and our environment actors each hold one), started as the CPU path
+    starts it (gdpo_nemo.engines.nemo.cpu.cluster: a private instance, RAY_ADDRESS naming
+    it) while `other_ray` runs beside it; our package is importable in its workers."""
     if not INSIDE:
         yield None
         return
     import ray
 
-    ray.init(
-        num_cpus=2,
-        num_gpus=0,
-        include_dashboard=False,
-        log_to_driver=False,
-        ignore_reinit_error=True,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(REPO), str(NEMO_RL_CHECKOUT)])}},
-    )
+    from gdpo_nemo.engines.nemo.cpu import cluster
+
+    cluster.start_ray(num_cpus=4)
     yield ray
-    ray.shutdown()
+    cluster.stop_ray()
 
 
 @pytest.fixture(scope="session")

@@ -110,3 +110,68 @@ def scripted_generation(tokenizer, answers):
                      weight_synchronizer=SimpleNamespace(is_stale=False))
     cls = type("ScriptedGeneration", (GenerationInterface,), namespace)
     return cls()
+
+
+# ---------------------------------------------------------------------------------------
+# NeMo RL's grpo_train on the CPU (gdpo_nemo.engines.nemo.cpu)
+# ---------------------------------------------------------------------------------------
+
+
+def early_stopping_tiny(folder: Path, seed: int = 0, stop_bias: float = 0.3) -> Path:
+    """builtin:tiny with two changes, saved as a HF folder: every token's embedding gets a
+    constant 1.0 in hidden dimension 0 (the end-of-turn token 1.0 + `stop_bias`), and the
+    output reads that dimension only. The residual stream is then dominated by dimension 0
+    whatever the context, so every next token is uniform over the vocabulary except the
+    end-of-turn token, about exp(`stop_bias` x sqrt(96)) times likelier: a stop chance of
+    about 7% per token, in every context and every padding. Random builtin:tiny almost
+    never stops (1 token in 259), so its length rewards are constant; this one's answers
+    stop after 1 to 32+ tokens, so a length reward of limit 10 varies within groups and the
+    advantages (and the weights) move.
+    """
+    import torch
+
+    from gdpo_nemo.engines.local.models import build_tiny_model
+
+    model, tokenizer = build_tiny_model(seed)
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        embedding = model.model.embed_tokens.weight  # tied to the output layer
+        embedding[:, 0] = 1.0
+        embedding[tokenizer.eos_token_id, 0] = 1.0 + stop_bias
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def cpu_config(task: str, algo: str, run_dir: Path, model_dir, *, steps: int = 2, prompts: int = 2, generations: int = 2,
+               max_new_tokens: int = 32, val_period: int = 1, tiny: bool = True, compose: tuple[str, ...] = (),
+               overrides: tuple[str, ...] = (), data: str = "offline") -> dict:
+    """A composed nemo-engine run config of `task` x `algo`, cut down for the CPU by
+    gdpo_nemo.engines.nemo.cpu.smoke exactly as `gdpo-nemo nemo-smoke` does it.
+    `compose`: overrides given to the composer (they reach interpolated keys such as the
+    environment's length limit); `overrides`: applied after the CPU changes."""
+    from gdpo_nemo.engines.nemo.cpu import smoke
+
+    option, model = TASK_RUNS[task]
+    config = cc.compose(option, model, algo, cluster="nemo_1n1g", seed=0, overrides=list(compose))
+    size = smoke.SmokeSize(steps=steps, prompts=prompts, generations=generations, max_new_tokens=max_new_tokens,
+                           val_period=val_period)
+    return smoke.cpu_config(config, model_dir=str(model_dir), run_dir=run_dir, size=size, data=data, tiny_model=tiny,
+                            overrides=overrides).config
+
+
+def nemo_rl_advantages(run_dir: Path, step: int) -> list[float]:
+    """The advantages NeMo RL trained on at `step`, one per sample (its value on the
+    sample's first loss token), from NeMo RL's own ``train_data_step<N>.jsonl``."""
+    import json
+
+    values = []
+    for line in (Path(run_dir) / f"train_data_step{step}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        mask, advantages = row["token_loss_mask"], row["advantages"]
+        if mask and isinstance(mask[0], list):  # NeMo RL writes each row as a batch of one
+            mask, advantages = mask[0], advantages[0]
+        first = next((i for i, m in enumerate(mask) if m), None)
+        values.append(None if first is None else float(advantages[first]))
+    return values

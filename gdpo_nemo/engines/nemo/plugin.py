@@ -27,7 +27,11 @@ starts) does, against the pinned commit's APIs:
    - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
      ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
    - ``nemo_rl.utils.logger.get_next_experiment_dir``: keeps ``logger.log_dir`` as the run
-     dir (NeMo RL would add ``exp_<N>/``), so both engines share one run-dir layout.
+     dir (NeMo RL would add ``exp_<N>/``), so both engines share one run-dir layout;
+   - ``nemo_rl.distributed.virtual_cluster.init_ray``: also names the Ray it joined in
+     ``RAY_ADDRESS``. NeMo RL's memory tracker calls Ray's ``memory_summary()`` without an
+     address at every stage of every step, which raises "Found multiple active Ray
+     instances" on a machine where another Ray runs (a shared node, a second job).
 
 The wrappers (`wrap_rollout`, `wrap_validate`, `wrap_log_metrics`, `wrap_dynamic_sampling`)
 take the original function as an argument; tests/nemo_tier runs them inside NeMo RL's own
@@ -59,6 +63,7 @@ __all__ = [
     "wrap_rollout",
     "wrap_validate",
     "watch_timeout",
+    "pin_ray_address",
 ]
 
 _MARK = "__gdpo_nemo_hook__"
@@ -166,6 +171,22 @@ def wrap_log_metrics(original: Callable, writer: StepMetricsWriter) -> Callable:
     return _mark(log_metrics, original)
 
 
+def pin_ray_address(original: Callable) -> Callable:
+    """NeMo RL's ``init_ray(...)`` that, once connected, sets ``RAY_ADDRESS`` to the Ray it
+    joined (so later address-less Ray calls find that one, not "multiple instances")."""
+
+    def init_ray(*args, **kwargs):
+        import os
+
+        import ray
+
+        result = original(*args, **kwargs)
+        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+        return result
+
+    return _mark(init_ray, original)
+
+
 def watch_timeout(checker_cls: type, state: HookState) -> type:
     """NeMo RL's TimeoutChecker, recording in `state.timed_out` when it asks the trainer to
     save and stop (so the run is not marked DONE)."""
@@ -214,6 +235,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
     """Put the wrappers in place in NeMo RL's modules (idempotent: wrapping twice re-wraps
     the original). Returns the shared state."""
     import nemo_rl.algorithms.grpo as grpo_module
+    import nemo_rl.distributed.virtual_cluster as cluster_module
     import nemo_rl.utils.logger as logger_module
 
     gdpo = config["gdpo"]
@@ -232,6 +254,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
     if writer is not None:
         logger_cls = logger_module.Logger
         logger_cls.log_metrics = wrap_log_metrics(_unwrapped(logger_cls.log_metrics), writer)
+    cluster_module.init_ray = pin_ray_address(_unwrapped(cluster_module.init_ray))
     original_next_dir = _unwrapped(logger_module.get_next_experiment_dir)
     logger_module.get_next_experiment_dir = _mark(lambda base_log_dir: str(base_log_dir), original_next_dir)
     return state

@@ -76,7 +76,7 @@ CALL_SITES: tuple[CallSite, ...] = (
     CallSite(_BASE, 114, "torch.cuda.reset_peak_memory_stats()", "torch.cuda.reset_peak_memory_stats"),
     CallSite(_BASE, 184, "torch.cuda.current_device()", "ray.get_gpu_ids"),
     # the v1 worker (policy.dtensor_cfg._v2: false)
-    CallSite(_V1, 227, "bind_to_gpu_numa(int(ray.get_gpu_ids()[0]))", "ray.get_gpu_ids, numa_utils.bind_to_gpu_numa"),
+    CallSite(_V1, 230, "bind_to_gpu_numa(int(ray.get_gpu_ids()[0]))", "ray.get_gpu_ids, numa_utils.bind_to_gpu_numa"),
     CallSite(_V1, 262, 'init_process_group(backend="nccl")', "torch.distributed.init_process_group"),
     CallSite(_V1, 1013, "torch.cuda.get_device_name", "torch.cuda.get_device_name"),
 )

@@ -140,9 +140,8 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
     _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, MAX_GEN_BATCHES), changes)
 
-    # Data: enough rows for every step (and every redraw), validation on `prompts` rows.
-    draws = (1 + MAX_GEN_BATCHES) * int(get_path(c, "grpo.batch_multiplier") or 1) if dynamic else 1
-    for split, rows in (("train", size.prompts * size.steps * draws), ("validation", size.prompts)):
+    # Data: the task's offline rows where the files are not here (counts set below).
+    for split in ("train", "validation"):
         block = get_path(c, f"data.{split}")
         if not isinstance(block, dict):
             continue
@@ -152,7 +151,6 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
             _set(c, f"data.{split}.source", "offline", changes)
             if "data_path" in block:
                 changes.append(f"data.{split}.data_path: {block.pop('data_path')!r} -> <removed>")
-        _set(c, f"data.{split}.limit", int(rows), changes)
 
     # Where it writes: the smoke run's own dir, never the config's run dir or checkpoints.
     _set(c, "logger.log_dir", str(run_dir), changes)
@@ -171,7 +169,16 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "cluster.gpus_per_node", 1, changes)
 
     if overrides:
-        out.config = to_plain(apply_overrides(c, overrides))
+        c = out.config = to_plain(apply_overrides(c, overrides))
         changes.extend(f"{o} (yours)" for o in overrides)
-    validate(out.config)
+    # Enough rows for every step and every DAPO redraw (NeMo RL ends a run quietly when its
+    # data runs out mid-step), validation on `prompts` rows; after the overrides, which may
+    # turn DAPO on or off, unless they set the limits themselves.
+    yours = {key for key in (o.lstrip("+~").split("=", 1)[0] for o in overrides)}
+    redraws = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1) if get_path(c, "grpo.use_dynamic_sampling") else 0
+    draws = (1 + redraws) * int(get_path(c, "grpo.batch_multiplier") or 1)
+    for split, rows in (("train", size.prompts * size.steps * draws), ("validation", size.prompts)):
+        if isinstance(get_path(c, f"data.{split}"), dict) and f"data.{split}.limit" not in yours:
+            _set(c, f"data.{split}.limit", int(rows), changes)
+    validate(c)
     return out

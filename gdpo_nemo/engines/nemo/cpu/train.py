@@ -95,7 +95,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         cluster.start_ray()
     else:  # NeMo RL's memory tracker asks Ray for "the" address: name this one
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    policy = None
+    policy = virtual_cluster = None
     task_to_env, val_task_to_env = {}, {}
     try:
         dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(tokenizer, master.data, master.env)
@@ -123,8 +123,9 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         if not init_reference:  # as grpo.setup() does
             grpo.skip_reference_policy_logprobs_calculation = True
         weights_path, optimizer_path = checkpointer.get_resume_paths(last_checkpoint)
+        virtual_cluster = cluster.policy_cluster()
         policy = Policy(
-            cluster=cluster.policy_cluster(), config=master.policy, tokenizer=tokenizer,
+            cluster=virtual_cluster, config=master.policy, tokenizer=tokenizer,
             worker_extension_cls_fqn=cluster.register_worker(), weights_path=weights_path,
             optimizer_path=optimizer_path, init_optimizer=True, init_reference_model=init_reference,
         )
@@ -145,6 +146,8 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         writer.close()
         if policy is not None:
             policy.shutdown()
+        if virtual_cluster is not None:
+            virtual_cluster.shutdown()  # its placement groups: a later run in this Ray reuses the name
         grpo_module.shutdown_environments(task_to_env, val_task_to_env)
         if own_ray and not keep_ray:
             cluster.stop_ray()

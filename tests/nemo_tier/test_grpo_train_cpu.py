@@ -1,0 +1,349 @@
+"""NeMo RL's own grpo_train, end to end, on this CPU (gdpo_nemo.engines.nemo.cpu).
+
+Every paper task and every estimator run 2 steps through NeMo RL's real trainer, Policy,
+v2 DTensor worker, loss, Logger and CheckpointManager, with our environments, processors,
+hooks and estimators, on builtin:tiny. Another Ray instance runs on the machine the whole
+time (conftest's `other_ray`): NeMo RL's memory tracker must not trip over it.
+
+builtin:tiny scores 0 on every reward, so runs that must move (advantages, weights,
+resuming, checkpoint ranking) use `early_stopping_tiny`, whose answers stop after 1 to 32+
+tokens, on math with a 10-token length limit: the length reward varies within groups.
+One run uses the embedded SmolLM2-135M-Instruct.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from support import cpu_config, early_stopping_tiny, nemo_rl_advantages
+
+# Each task with a different estimator: every task and every estimator once.
+MATRIX = {
+    "gsm8k": "gdpo",
+    "toolcall": "grpo",
+    "code": "grpo_no_std",
+    "math": "gdpo_no_bn",
+}
+WHOSE = {  # which estimator class grpo_train gets for each
+    "gdpo": "nemo_rl.algorithms.advantage_estimator.GDPOAdvantageEstimator",
+    "grpo": "nemo_rl.algorithms.advantage_estimator.GRPOAdvantageEstimator",
+    "grpo_no_std": "nemo_rl.algorithms.advantage_estimator.GRPOAdvantageEstimator",
+    "gdpo_no_bn": "gdpo_nemo.engines.nemo.estimators.AdvantageEstimator",
+}
+COMPONENTS = {
+    "gsm8k": ["correctness", "format", "integer"],
+    "toolcall": ["correctness", "format"],
+    "code": ["bug", "length", "pass"],
+    "math": ["correctness", "length"],
+}
+LENGTH_LIMIT = ("gdpo.length_limit=10",)  # early_stopping_tiny's answers straddle it
+# 8 answers per prompt: a group's answers fall on both sides of the limit, so DAPO (kept on
+# for this run, as the math configs have it) finds groups to train on.
+MOVING_GENERATIONS = 8
+
+
+def _train(config, out=None):
+    from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
+
+    return train_on_cpu(config, out=out)
+
+
+@pytest.fixture(scope="module")
+def stopper(local_ray, tmp_path_factory):
+    if local_ray is None:
+        return None
+    return early_stopping_tiny(tmp_path_factory.mktemp("early_stopping_tiny"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(local_ray):
+    if local_ray is None:
+        return None
+    from gdpo_nemo.engines.nemo.cpu.models import model_folder
+
+    return model_folder("tiny", seed=0)
+
+
+def _toolcall_files(folder: Path, config: dict) -> Path:
+    """The offline tool-calling rows as ToolRL-style jsonl files, the first training row's
+    ground truth broken (a blank line between its calls: a data error, not a model error)."""
+    from gdpo_nemo.tasks import get_task
+
+    spec = get_task("toolcall")
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, stem in (("train", "train"), ("validation", "validation")):
+        rows = []
+        for i, example in enumerate(spec.load(split, source="offline", limit=4, seed=0)):
+            truth = example.ground_truth
+            if split == "train" and i == 0:
+                truth = "<think>two calls</think>\n<tool_call>\n{\"name\": \"a\", \"parameters\": {}}\n\n" \
+                        "{\"name\": \"b\", \"parameters\": {}}\n</tool_call>"
+            rows.append({"prompt": example.messages, "reward_model": {"ground_truth": truth}})
+        (folder / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
+    """{task: (config, CpuRun, printed)}: 2 steps of each MATRIX entry."""
+    if local_ray is None:
+        return None
+    runs = {}
+    for task, algo in MATRIX.items():
+        run_dir = tmp_path_factory.mktemp(f"{task}_{algo}") / "run"
+        overrides: tuple = ()
+        model, tiny, compose = tiny_dir, True, ()
+        if task == "toolcall":
+            data = _toolcall_files(run_dir.parent / "data", {})
+            overrides = (f"+data.train.data_path={data}", f"+data.validation.data_path={data}",
+                         "data.train.source=file", "data.validation.source=file", "data.shuffle=false")
+        if task == "math":  # the run that moves: keep DAPO on, rank checkpoints by the length reward
+            model, tiny, compose = stopper, False, LENGTH_LIMIT
+            overrides = ("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1")
+        config = cpu_config(task, algo, run_dir, model, tiny=tiny, compose=compose, overrides=overrides,
+                            steps=3 if task == "math" else 2, generations=MOVING_GENERATIONS if task == "math" else 2)
+        printed = io.StringIO()
+        result = _train(config, out=printed)
+        runs[task] = (config, result, printed.getvalue())
+    return runs
+
+
+@pytest.mark.parametrize("task", sorted(MATRIX))
+def test_two_steps_of_nemo_rl_grpo_train_run_every_task_on_the_cpu(matrix_runs, task):
+    from gdpo_nemo import rundir
+
+    config, result, printed = matrix_runs[task]
+    records = {r["step"]: r for r in rundir.read_metrics(result.run_dir)}
+    steps = 3 if task == "math" else 2
+    assert sorted(records) == list(range(1, steps + 1))
+    for step, record in records.items():
+        for name in COMPONENTS[task]:
+            assert f"train/reward/{name}" in record, (step, sorted(record))
+        assert math.isfinite(record["train/loss"])
+    assert printed.count("[step ") == steps
+    assert rundir.is_done(result.run_dir)
+
+
+@pytest.mark.parametrize("task", sorted(MATRIX))
+def test_grpo_train_gets_the_estimator_the_config_names_nemo_rl_s_or_ours(matrix_runs, task):
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+
+    config, result, printed = matrix_runs[task]
+    records = read_advantages(result.run_dir)
+    assert {r["estimator"] for r in records.values()} == {WHOSE[MATRIX[task]]}
+    assert ("gdpo_nemo's 'gdpo_no_bn'" in printed) == (MATRIX[task] == "gdpo_no_bn")
+
+
+@pytest.mark.parametrize("task", sorted(MATRIX))
+def test_the_advantages_nemo_rl_trained_on_equal_compute_advantages_of_the_logged_rewards(matrix_runs, task):
+    import torch
+
+    from gdpo_nemo.config.settings import EstimatorSettings
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+    from gdpo_nemo.engines.nemo.estimators import estimator_advantages
+
+    config, result, printed = matrix_runs[task]
+    settings = EstimatorSettings.from_gdpo(config["gdpo"])
+    for step, record in read_advantages(result.run_dir).items():
+        components = {name: torch.tensor(values, dtype=torch.float64) for name, values in record["components"].items()}
+        assert sorted(components) == COMPONENTS[task]
+        expected = estimator_advantages(settings, components, torch.tensor(record["group_ids"]))
+        trained = nemo_rl_advantages(result.run_dir, step)
+        assert len(trained) == len(expected) == config["grpo"]["num_prompts_per_step"] * config["grpo"]["num_generations_per_prompt"]
+        assert trained == pytest.approx(expected.tolist(), abs=2e-5), (step, record["components"])
+
+
+def test_the_moving_run_has_non_zero_advantages_and_changed_weights(matrix_runs):
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+
+    config, result, printed = matrix_runs["math"]
+    advantages = [a for r in read_advantages(result.run_dir).values() for a in r["advantages"]]
+    assert max(abs(a) for a in advantages) > 0.1
+    assert result.weights_after != result.weights_before
+
+
+def test_per_component_metrics_reach_nemo_rl_s_own_tensorboard_logger(matrix_runs):
+    from gdpo_nemo.analysis.tfevents import read_scalars
+
+    config, result, printed = matrix_runs["gsm8k"]
+    files = list((result.run_dir / "tensorboard").rglob("events.out.tfevents*"))
+    assert files
+    tags = {(step, tag) for path in files for step, tag, _ in read_scalars(path)}
+    for name in COMPONENTS["gsm8k"]:
+        assert (1, f"train/reward/{name}") in tags and (2, f"validation/reward/{name}") in tags
+
+
+def test_validation_runs_every_step_with_per_component_rewards(matrix_runs):
+    from gdpo_nemo import rundir
+
+    config, result, printed = matrix_runs["toolcall"]
+    for record in rundir.read_metrics(result.run_dir):
+        assert "validation/accuracy" in record
+        assert {"validation/reward/correctness", "validation/reward/format"} <= set(record)
+
+
+def test_data_errors_of_a_broken_ground_truth_are_counted_per_sample(matrix_runs):
+    from gdpo_nemo import rundir
+
+    config, result, printed = matrix_runs["toolcall"]
+    records = {r["step"]: r for r in rundir.read_metrics(result.run_dir)}
+    # the first training row (2 answers) has the broken ground truth; step 2's rows are fine
+    assert (records[1]["train/data_errors"], records[2]["train/data_errors"]) == (2, 0)
+
+
+def test_nemo_rl_checkpoint_manager_keeps_the_best_by_the_configured_val_metric(matrix_runs):
+    from gdpo_nemo import rundir
+    from nemo_rl.utils.checkpoint import CheckpointManager
+
+    config, result, printed = matrix_runs["math"]
+    values = {r["step"]: r["validation/reward/length"] for r in rundir.read_metrics(result.run_dir)}
+    kept = {step for step, _ in rundir.checkpoint_steps(result.run_dir / "checkpoints")}
+    best = max(values, key=lambda s: (values[s], s))  # NeMo RL: higher is better, ties to the later step
+    assert kept == {best, max(values)}
+    for step, path in rundir.checkpoint_steps(result.run_dir / "checkpoints"):
+        info = json.loads((path / "training_info.json").read_text())
+        assert info["val:reward/length"] == pytest.approx(values[step])
+    manager = CheckpointManager(config["checkpointing"])
+    assert Path(manager.get_best_checkpoint_path()).name == f"step_{best}"
+
+
+_KILL_AFTER_FIRST_CHECKPOINT = textwrap.dedent("""
+    import os, signal, sys
+    from nemo_rl.utils import checkpoint
+
+    rename = checkpoint.CheckpointManager._rename_checkpoint
+
+    def rename_then_die(self, path):
+        rename(self, path)
+        if str(path).rstrip("/").endswith("tmp_step_1"):
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # the job dies right after step 1 is saved
+
+    checkpoint.CheckpointManager._rename_checkpoint = rename_then_die
+    from gdpo_nemo.commands.nemo_smoke import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(matrix_runs, stopper, tmp_path):
+    from gdpo_nemo import config as cc
+    from gdpo_nemo import rundir
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+
+    run_dir = tmp_path / "killed"
+    # the same run as the matrix's math run, but killed after its first checkpoint
+    config = cpu_config("math", MATRIX["math"], run_dir, stopper, tiny=False, compose=LENGTH_LIMIT, steps=3,
+                        generations=MOVING_GENERATIONS, overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
+    source = tmp_path / "run.yaml"
+    source.write_text(cc.dump(config))
+    ray_tmp = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "killed"
+    ray_tmp.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT, str(source), "--model", str(stopper),
+               "--run-dir", str(run_dir), "--steps", "3", "--generations", str(MOVING_GENERATIONS), "--max-new-tokens", "32",
+               "--data", "offline"]
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, start_new_session=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")] == [1]
+    assert not (run_dir / "train_data_step2.jsonl").exists()
+    assert not any(run_dir.glob("*/step_2")) and not any(run_dir.glob("checkpoints/*step_2"))
+
+    resumed = _train(rundir.read_config(run_dir))
+    _, uninterrupted, _ = matrix_runs["math"]
+    assert resumed.run_dir == run_dir.resolve()
+    mine, theirs = ({r["step"]: r for r in rundir.read_metrics(d)} for d in (run_dir, uninterrupted.run_dir))
+    assert sorted(mine) == [1, 2, 3] or sorted(mine) == [2, 3]  # step 1's record may die with the job
+    for step in (2, 3):
+        for key in ("train/loss", "train/reward/length", "train/reward/correctness", "validation/reward/length",
+                    "train/grad_norm", "train/kl_penalty"):
+            assert mine[step][key] == pytest.approx(theirs[step][key], rel=1e-5, abs=1e-7), (step, key)
+        ours, reference = read_advantages(run_dir)[step], read_advantages(uninterrupted.run_dir)[step]
+        assert ours["components"] == reference["components"]
+        assert ours["advantages"] == pytest.approx(reference["advantages"])
+    assert max(abs(a) for a in read_advantages(run_dir)[2]["advantages"]) > 0.1  # a step that trained
+
+
+def test_dynamic_sampling_stops_at_its_configured_limit(local_ray, tiny_dir, tmp_path):
+    if local_ray is None:
+        return
+    # builtin:tiny: every group has zero spread, so DAPO redraws until the limit, then stops the run
+    config = cpu_config("math", "gdpo", tmp_path / "run", tiny_dir, steps=1, val_period=0,
+                        overrides=("grpo.use_dynamic_sampling=true", "grpo.dynamic_sampling_max_gen_batches=1"))
+    printed = io.StringIO()
+    with redirect_stdout(printed), pytest.raises(ValueError, match=r"maximum allowed number of batches \(1\)"):
+        _train(config)
+    assert printed.getvalue().count("Generating responses for batch") == 2  # the first draw, then 1 redraw
+
+
+def test_the_embedded_smollm2_trains_with_non_zero_advantages(local_ray, tmp_path):
+    if local_ray is None:
+        return
+    from gdpo_nemo.engines.nemo.cpu.models import model_folder
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+
+    model = model_folder("smollm2")
+    # SmolLM2 gets some of these problems right; DAPO (the math configs' own, at most 3
+    # draws here) redraws until groups with right and wrong answers fill the batch.
+    config = cpu_config("math", "gdpo", tmp_path / "run", model, steps=1, prompts=2, generations=4, max_new_tokens=48,
+                        val_period=0, tiny=False,
+                        overrides=("checkpointing.enabled=false", "loss_fn.reference_policy_kl_penalty=0.0"))
+    assert config["grpo"]["use_dynamic_sampling"] is True
+    result = _train(config)
+    record = read_advantages(result.run_dir)[1]
+    assert max(abs(a) for a in record["advantages"]) > 0.1, record["components"]
+    assert nemo_rl_advantages(result.run_dir, 1) == pytest.approx(record["advantages"], abs=2e-5)
+    assert result.weights_after != result.weights_before
+
+
+def test_every_cuda_call_site_the_device_mapping_names_is_at_the_pinned_commit(local_ray):
+    if local_ray is None:
+        return
+    import nemo_rl
+
+    from gdpo_nemo.engines.nemo.cpu.device import CALL_SITES
+
+    root = Path(nemo_rl.__file__).resolve().parents[1]
+    for site in CALL_SITES:
+        lines = (root / site.path).read_text().splitlines()
+        assert site.text in lines[site.line - 1], f"{site.path}:{site.line} no longer reads {site.text!r}"
+
+
+def test_nemo_rl_memory_tracker_would_fail_beside_another_ray_without_the_address(local_ray, other_ray):
+    """The trap the CPU path's RAY_ADDRESS avoids: NeMo RL's memory tracker asks Ray for a
+    memory summary without an address, which fails with another Ray on the machine."""
+    if local_ray is None:
+        return
+    from ray.scripts.scripts import memory_summary  # what nemo_rl/utils/memory_tracker.py calls
+
+    saved = os.environ.pop("RAY_ADDRESS")
+    try:
+        with pytest.raises(ConnectionError, match="multiple"):
+            memory_summary(stats_only=True, num_entries=1)
+    finally:
+        os.environ["RAY_ADDRESS"] = saved
+    assert "Plasma memory usage" in memory_summary(stats_only=True, num_entries=1)
+
+
+def test_the_plugin_names_the_ray_nemo_rl_joined_in_ray_address(local_ray, monkeypatch):
+    """On a cluster NeMo RL's own init_ray joins the Ray; the plugin's wrapper then pins
+    RAY_ADDRESS to it, as the CPU path does (the memory tracker trap above)."""
+    if local_ray is None:
+        return
+    from gdpo_nemo.engines.nemo import plugin
+
+    joined = []
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    plugin.pin_ray_address(lambda *a, **k: joined.append(a))("log-dir")
+    assert joined == [("log-dir",)]
+    assert os.environ["RAY_ADDRESS"] == local_ray.get_runtime_context().gcs_address
