@@ -274,36 +274,53 @@ def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(ma
     assert max(abs(a) for a in read_advantages(run_dir)[2]["advantages"]) > 0.1  # a step that trained
 
 
-def test_dynamic_sampling_stops_at_its_configured_limit(local_ray, tiny_dir, tmp_path):
-    if local_ray is None:
-        return
-    # builtin:tiny: every group has zero spread, so DAPO redraws until the limit, then stops the run
-    config = cpu_config("math", "gdpo", tmp_path / "run", tiny_dir, steps=1, val_period=0,
-                        overrides=("grpo.use_dynamic_sampling=true", "grpo.dynamic_sampling_max_gen_batches=1"))
-    printed = io.StringIO()
-    with redirect_stdout(printed), pytest.raises(ValueError, match=r"maximum allowed number of batches \(1\)"):
-        _train(config)
-    assert printed.getvalue().count("Generating responses for batch") == 2  # the first draw, then 1 redraw
+def test_dynamic_sampling_stops_at_its_configured_limit(matrix_runs):
+    """NeMo RL's own dynamic_sampling (behind our hook), as grpo_train calls it, on draws
+    whose every group has zero spread: it asks for another draw up to the limit (2 on the
+    CPU path), then stops the run."""
+    import torch
+
+    import nemo_rl.algorithms.grpo as grpo_module
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.utils.timer import Timer
+
+    config, _, _ = matrix_runs["math"]
+    master = grpo_module.MasterConfig(**config)
+    limit = master.grpo.dynamic_sampling_max_gen_batches
+    assert (master.grpo.use_dynamic_sampling, limit) == (True, 2)
+
+    def flat_draw():
+        return BatchedDataDict({"idx": [0, 0, 1, 1], "reward/correctness": torch.zeros(4), "reward/length": torch.ones(4),
+                                "total_reward": torch.ones(4)})
+
+    for draws in range(1, limit + 1):
+        kept, complete, _, _ = grpo_module.dynamic_sampling(flat_draw(), torch.zeros(4), torch.ones(4), draws, master, Timer(), None)
+        assert (kept.size, complete) == (0, False)
+    with pytest.raises(ValueError, match=r"maximum allowed number of batches \(2\)"):
+        grpo_module.dynamic_sampling(flat_draw(), torch.zeros(4), torch.ones(4), limit + 1, master, Timer(), None)
 
 
-def test_the_embedded_smollm2_trains_with_non_zero_advantages(local_ray, tmp_path):
+def test_the_embedded_smollm2_trains_with_non_zero_advantages_within_the_dapo_limit(local_ray, tmp_path):
     if local_ray is None:
         return
     from gdpo_nemo.engines.nemo.cpu.models import model_folder
     from gdpo_nemo.engines.nemo.cpu.report import read_advantages
 
     model = model_folder("smollm2")
-    # SmolLM2 gets some of these problems right; DAPO (the math configs' own, at most 3
-    # draws here) redraws until groups with right and wrong answers fill the batch.
+    # SmolLM2 answers some of these right, and some within 44 tokens; DAPO (the math configs'
+    # own, 4 prompts a draw, at most 5 draws here) keeps the groups whose answers differ.
     config = cpu_config("math", "gdpo", tmp_path / "run", model, steps=1, prompts=2, generations=4, max_new_tokens=48,
-                        val_period=0, tiny=False,
-                        overrides=("checkpointing.enabled=false", "loss_fn.reference_policy_kl_penalty=0.0"))
+                        val_period=0, tiny=False, compose=("gdpo.length_limit=44",),
+                        overrides=("checkpointing.enabled=false", "loss_fn.reference_policy_kl_penalty=0.0",
+                                   "grpo.dynamic_sampling_max_gen_batches=4", "grpo.batch_multiplier=2",
+                                   "policy.train_micro_batch_size=4", "policy.logprob_batch_size=4"))
     assert config["grpo"]["use_dynamic_sampling"] is True
     result = _train(config)
     record = read_advantages(result.run_dir)[1]
     assert max(abs(a) for a in record["advantages"]) > 0.1, record["components"]
     assert nemo_rl_advantages(result.run_dir, 1) == pytest.approx(record["advantages"], abs=2e-5)
     assert result.weights_after != result.weights_before
+    assert 1 <= result.generate_calls <= 1 + 4  # the first draw and at most the limit's redraws
 
 
 def test_every_cuda_call_site_the_device_mapping_names_is_at_the_pinned_commit(local_ray):

@@ -205,16 +205,25 @@ def smollm2_checkpoint(log=print) -> Path:
     if missing or unexpected:
         raise RuntimeError(f"GGUF conversion: missing keys {missing}, unexpected keys {unexpected}")
     plain.tie_weights()
+    save_folder(plain, tokenizer, target)
+    log(f"converted in {time.perf_counter() - started:.0f} s")
+    return target
+
+
+def save_folder(model, tokenizer, target: Path) -> Path:
+    """`model` and `tokenizer` saved as a Hugging Face folder at `target`, written in a
+    temporary folder and renamed into place: an interrupted save never leaves half a
+    checkpoint, and when another process finished first its folder stays."""
+    target = Path(target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    plain.save_pretrained(tmp)
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if target.exists():  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         tmp.rename(target)
-    log(f"converted in {time.perf_counter() - started:.0f} s")
     return target
 
 

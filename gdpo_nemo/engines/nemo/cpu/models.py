@@ -12,8 +12,6 @@ builtin models are written out once as plain Hugging Face checkpoints under the 
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from gdpo_nemo.engines.local import models as local_models
@@ -30,14 +28,7 @@ def model_folder(name: str, *, seed: int = 0, log=print) -> Path:
         target = local_models.cache_dir() / "models" / f"tiny-llama-seed{int(seed)}"
         if not (target / "config.json").is_file():
             model, tokenizer = local_models.build_tiny_model(int(seed))
-            temporary = target.with_name(f"{target.name}.tmp{os.getpid()}")
-            shutil.rmtree(temporary, ignore_errors=True)
-            model.save_pretrained(temporary)
-            tokenizer.save_pretrained(temporary)
-            if target.exists():  # another process finished first
-                shutil.rmtree(temporary, ignore_errors=True)
-            else:
-                temporary.rename(target)
+            local_models.save_folder(model, tokenizer, target)
         return target
     if name == "smollm2":
         return local_models.smollm2_checkpoint(log=log)

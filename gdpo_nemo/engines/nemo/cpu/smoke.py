@@ -131,6 +131,9 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "grpo.val_at_end", False, changes)
     _set(c, "grpo.max_val_samples", int(size.prompts), changes)
     _set(c, "grpo.val_batch_size", int(size.prompts), changes)
+    if tiny_model:
+        out.notes.append("builtin:tiny has random weights: every reward is 0 and so is every advantage; the run checks"
+                         " the machinery (--model smollm2 for rewards that move)")
     dynamic = bool(get_path(c, "grpo.use_dynamic_sampling"))
     if dynamic and tiny_model:
         _set(c, "grpo.use_dynamic_sampling", False, changes)

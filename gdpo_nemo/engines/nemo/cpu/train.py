@@ -32,7 +32,8 @@ __all__ = ["CpuRun", "train_on_cpu"]
 class CpuRun:
     """What a CPU run left: its run dir, NeMo RL's generate calls, seconds per phase
     (``start``: Ray, data, environments and policy workers; ``train``: grpo_train), the
-    policy weights' |w| sum before and after, whether a timeout stopped it, and the
+    policy weights' |w| sum before and after (``stop``: shutting workers, environments and
+    an own Ray down), whether a timeout stopped it, and the
     device patches its worker needed."""
 
     run_dir: Path
@@ -143,6 +144,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         result.weights_after = _weights(policy)
         result.timed_out = state.timed_out
     finally:
+        stopping = time.perf_counter()
         writer.close()
         if policy is not None:
             policy.shutdown()
@@ -151,6 +153,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         grpo_module.shutdown_environments(task_to_env, val_task_to_env)
         if own_ray and not keep_ray:
             cluster.stop_ray()
+        result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()
     if not result.timed_out:
         rundir.mark_done(run_dir, "done (NeMo RL grpo_train on the CPU)\n")

@@ -1,0 +1,94 @@
+"""`gdpo-nemo nemo-smoke`: what it refuses before anything starts, and the hand-over from
+.venv (no NeMo RL) to .venv-nemo. Its runs themselves are tested in
+tests/nemo_tier/test_grpo_train_cpu.py (the killed run goes through this command)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo import config as cc
+from gdpo_nemo.engines.nemo.cpu.smoke import MAX_GEN_BATCHES, SmokeSize, cpu_config
+
+REPO = Path(__file__).resolve().parents[1]
+NEMO_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
+
+
+def _smoke(*args, cwd=None):
+    return subprocess.run([str(Path(sys.executable).parent / "gdpo-nemo"), "nemo-smoke", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def run_yaml(tmp_path_factory):
+    path = tmp_path_factory.mktemp("smoke") / "run.yaml"
+    config = cc.compose("math", "r1-distill-qwen-1.5b", "gdpo", cluster="nemo_1n8g", seed=3)
+    path.write_text(cc.dump(config))
+    return path
+
+
+def test_the_cpu_config_changes_only_size_model_and_places_and_lists_each_change(run_yaml, tmp_path):
+    config = cc.load_config_file(run_yaml)
+    cpu = cpu_config(config, model_dir="/models/tiny", run_dir=tmp_path / "run", size=SmokeSize(steps=3, prompts=2, generations=4),
+                     data="offline", tiny_model=False)
+    c = cpu.config
+    # what makes the run what it is stays
+    for key in ("gdpo", "loss_fn"):
+        assert c[key] == config[key]
+    assert c["grpo"]["adv_estimator"] == config["grpo"]["adv_estimator"]
+    assert c["checkpointing"]["metric_name"] == config["checkpointing"]["metric_name"] == "val:reward/correctness"
+    # what a CPU cannot do, or would take hours, changes
+    assert (c["policy"]["model_name"], c["policy"]["precision"], c["policy"]["sequence_packing"]["enabled"]) == ("/models/tiny", "float32", False)
+    assert c["env"]["gdpo_math"]["tokenizer"] == "/models/tiny"
+    assert c["grpo"]["dynamic_sampling_max_gen_batches"] == MAX_GEN_BATCHES == 2
+    assert c["data"]["train"]["limit"] == 2 * 3 * (1 + MAX_GEN_BATCHES)  # every step and every redraw
+    assert c["logger"]["log_dir"] == str((tmp_path / "run").resolve())
+    assert c["checkpointing"]["checkpoint_dir"] == str((tmp_path / "run" / "checkpoints").resolve())
+    assert any(line.startswith("policy.precision: 'bfloat16' -> 'float32'") for line in cpu.changes)
+
+
+def test_builtin_tiny_turns_dapo_off_unless_the_overrides_keep_it(run_yaml, tmp_path):
+    config = cc.load_config_file(run_yaml)
+    off = cpu_config(config, model_dir="/m", run_dir=tmp_path, tiny_model=True)
+    assert off.config["grpo"]["use_dynamic_sampling"] is False and off.config["data"]["train"]["limit"] == 2 * 2
+    kept = cpu_config(config, model_dir="/m", run_dir=tmp_path, tiny_model=True, overrides=["grpo.use_dynamic_sampling=true"])
+    assert kept.config["grpo"]["use_dynamic_sampling"] is True and kept.config["data"]["train"]["limit"] == 2 * 2 * 3
+
+
+def test_a_bad_override_names_its_key(run_yaml, tmp_path):
+    config = cc.load_config_file(run_yaml)
+    with pytest.raises(cc.ConfigError, match="grpo.max_num_stepz"):
+        cpu_config(config, model_dir="/m", run_dir=tmp_path, overrides=["grpo.max_num_stepz=3"])
+
+
+@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh runs it)")
+def test_without_nemo_rl_the_command_hands_over_to_venv_nemo_and_refuses_a_bad_model(run_yaml, tmp_path):
+    done = _smoke(run_yaml, "--model", "no-such-model", "--run-dir", tmp_path / "run")
+    assert done.returncode == 2, done.stderr
+    assert "--model 'no-such-model': expected one of tiny, smollm2 or a local Hugging Face checkpoint folder" in done.stderr
+    assert "NeMo RL is not importable" not in done.stderr  # it ran in .venv-nemo
+
+
+@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh runs it)")
+def test_a_run_dir_that_holds_a_run_is_never_written_without_resume(run_yaml, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    done = _smoke(run_yaml, "--run-dir", run_dir)
+    assert done.returncode == 2
+    assert "already holds files: pass --resume" in done.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    done = _smoke(run_yaml, "--run-dir", tmp_path / "empty", "--resume")
+    assert done.returncode == 2 and "holds no run" in done.stderr
+
+
+@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh runs it)")
+def test_a_local_engine_config_is_refused_with_one_line(tmp_path):
+    path = tmp_path / "local.yaml"
+    path.write_text(cc.dump(cc.compose("gsm8k", "tiny", "gdpo", cluster="local", seed=0)))
+    done = _smoke(path, "--run-dir", tmp_path / "run")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("gdpo-nemo nemo-smoke: error: gdpo.engine: 'local'")
