@@ -72,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     if only is None:
         parser.print_help()
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    args = parser.parse_args(argv)
+    if getattr(_load(only), "INTERMIXED_ARGS", False):
+        # A file, then KEY=VALUE items (nemo-smoke): flags may come between them, so the
+        # items argparse leaves over are more overrides (an unknown flag is still an error).
+        args, extra = parser.parse_known_args(argv)
+        if [item for item in extra if item.startswith("-") and not item.startswith("~")]:
+            parser.error(f"unrecognized arguments: {' '.join(item for item in extra if item.startswith('-'))}")
+        args.overrides = [*args.overrides, *extra]
+    else:
+        args = parser.parse_args(argv)
     try:
         return int(_load(args.command).run(args) or 0)
     except ValueError as err:

@@ -92,3 +92,17 @@ def test_a_local_engine_config_is_refused_with_one_line(tmp_path):
     done = _smoke(path, "--run-dir", tmp_path / "run")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("gdpo-nemo nemo-smoke: error: gdpo.engine: 'local'")
+
+
+def test_flags_may_come_between_the_overrides(monkeypatch):
+    from gdpo_nemo import cli
+    from gdpo_nemo.commands import nemo_smoke
+
+    seen = []
+    monkeypatch.setattr(nemo_smoke, "run", lambda args, argv=None: seen.append((args.config, args.overrides, args.steps)) or 0)
+    assert cli.main(["nemo-smoke", "r.yaml", "grpo.a=1", "--steps", "3", "~x.b"]) == 0
+    assert cli.main(["nemo-smoke", "r.yaml", "--steps", "4", "grpo.a=2"]) == 0
+    assert seen == [("r.yaml", ["grpo.a=1", "~x.b"], 3), ("r.yaml", ["grpo.a=2"], 4)]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["nemo-smoke", "r.yaml", "--bogus"])
+    assert exit_info.value.code == 2

@@ -24,6 +24,7 @@ from pathlib import Path
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 
 PROG = "gdpo-nemo nemo-smoke"
+INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
 _DEFAULT_ROOT = Path("runs") / "nemo-smoke"
 
 
@@ -168,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    unknown = [item for item in extra if item.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = [*args.overrides, *extra]
     try:
         return run(args, argv)
     except ValueError as err:
