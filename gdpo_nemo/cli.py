@@ -19,7 +19,7 @@ import argparse
 import importlib
 import sys
 
-from gdpo_nemo.commands.args import BAD_INPUT, report_error
+from gdpo_nemo.commands.args import BAD_INPUT, parse_with_overrides, report_error
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,15 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if only is None:
         parser.print_help()
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    if getattr(_load(only), "INTERMIXED_ARGS", False):
-        # A file, then KEY=VALUE items (nemo-smoke): flags may come between them, so the
-        # items argparse leaves over are more overrides (an unknown flag is still an error).
-        args, extra = parser.parse_known_args(argv)
-        if [item for item in extra if item.startswith("-") and not item.startswith("~")]:
-            parser.error(f"unrecognized arguments: {' '.join(item for item in extra if item.startswith('-'))}")
-        args.overrides = [*args.overrides, *extra]
-    else:
-        args = parser.parse_args(argv)
+    # A command taking a file, then overrides (nemo-smoke), takes its flags among them.
+    intermixed = getattr(_load(only), "INTERMIXED_ARGS", False)
+    args = parse_with_overrides(parser, argv) if intermixed else parser.parse_args(argv)
     try:
         return int(_load(args.command).run(args) or 0)
     except ValueError as err:

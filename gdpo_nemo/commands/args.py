@@ -16,6 +16,19 @@ FAILED = 1
 BAD_INPUT = 2
 
 
+def parse_with_overrides(parser, argv: list[str]):
+    """`parser.parse_args(argv)` for a command whose positionals are a file and then
+    ``KEY=VALUE`` overrides (``args.overrides``): flags may come between the overrides, so
+    the items argparse leaves over are more overrides; an unknown flag is still an error
+    (argparse's own message, exit 2)."""
+    args, extra = parser.parse_known_args(argv)
+    unknown = [item for item in extra if item.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def key_value(
     item: str,
     *,

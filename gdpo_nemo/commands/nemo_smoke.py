@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
+from gdpo_nemo.commands.args import BAD_INPUT, FAILED, parse_with_overrides, report_error
 
 PROG = "gdpo-nemo nemo-smoke"
 INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
@@ -85,7 +85,7 @@ def _run_dir(args, config: dict) -> Path:
 def _summary(run_dir: Path, out) -> None:
     from gdpo_nemo import rundir
 
-    records = [r for r in rundir.read_metrics(run_dir)]
+    records = rundir.read_metrics(run_dir)
     keys = ("train/loss", "train/reward", "train/grad_norm", "timing/train/total_step_time")
     components = sorted({k for r in records for k in r if k.startswith(("train/reward/", "validation/reward/"))})
     print("\nlogged metrics (metrics.jsonl, from NeMo RL's Logger):", file=out)
@@ -169,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args, extra = parser.parse_known_args(argv)
-    unknown = [item for item in extra if item.startswith("-")]
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.overrides = [*args.overrides, *extra]
+    args = parse_with_overrides(parser, argv)
     try:
         return run(args, argv)
     except ValueError as err:

@@ -15,10 +15,12 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["WORKER_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray"]
+__all__ = ["SEED_ENV", "THREADS_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray"]
 
-# What the CPU policy worker reads from its environment (set through Ray's runtime_env).
-WORKER_ENV = ("GDPO_NEMO_CPU_SEED", "GDPO_NEMO_CPU_THREADS")
+# What the CPU policy worker reads from its environment: set in the driver's environment,
+# which NeMo RL's RayWorkerGroup passes on to the workers it starts.
+SEED_ENV = "GDPO_NEMO_CPU_SEED"
+THREADS_ENV = "GDPO_NEMO_CPU_THREADS"
 _OWN_TMP: list[str] = []
 
 
@@ -32,11 +34,10 @@ def _code_paths() -> list[str]:
     return list(dict.fromkeys(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 
-def start_ray(*, num_cpus: int | None = None, seed: int = 0, threads: int = 1, log_to_driver: bool = False) -> str:
+def start_ray(*, num_cpus: int | None = None, log_to_driver: bool = False) -> str:
     """Start a private local Ray for this process (no GPUs, `num_cpus` logical CPUs, by
-    default the machine's count and at least 4: NeMo RL's actors ask for one each); the
-    policy worker gets `seed` and `threads` through its environment. Returns its address,
-    also put in ``RAY_ADDRESS``."""
+    default the machine's count and at least 4: NeMo RL's actors ask for one each).
+    Returns its address, also put in ``RAY_ADDRESS``."""
     import ray
 
     if ray.is_initialized():
@@ -47,7 +48,7 @@ def start_ray(*, num_cpus: int | None = None, seed: int = 0, threads: int = 1, l
         temp = tempfile.mkdtemp(prefix="gnr", dir="/tmp")
         _OWN_TMP.append(temp)
         os.environ["RAY_TMPDIR"] = temp
-    env = {"PYTHONPATH": os.pathsep.join(_code_paths()), WORKER_ENV[0]: str(int(seed)), WORKER_ENV[1]: str(int(threads))}
+    env = {"PYTHONPATH": os.pathsep.join(_code_paths())}
     for name in ("GDPO_NEMO_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(name):
             env[name] = os.environ[name]

@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 from gdpo_nemo.config import ConfigError, apply_overrides, validate
 from gdpo_nemo.config.derive import get_path, our_env_blocks
 from gdpo_nemo.config.files import to_plain
+from gdpo_nemo.config.overrides import override_key
 
 __all__ = ["CpuConfig", "SmokeSize", "cpu_config"]
 
@@ -134,12 +135,10 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     if tiny_model:
         out.notes.append("builtin:tiny has random weights: every reward is 0 and so is every advantage; the run checks"
                          " the machinery (--model smollm2 for rewards that move)")
-    dynamic = bool(get_path(c, "grpo.use_dynamic_sampling"))
-    if dynamic and tiny_model:
+    if tiny_model and get_path(c, "grpo.use_dynamic_sampling"):
         _set(c, "grpo.use_dynamic_sampling", False, changes)
         out.notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny scores 0 on every reward, so DAPO would only"
                          " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2)")
-        dynamic = False
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
     _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, MAX_GEN_BATCHES), changes)
 
@@ -177,7 +176,7 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     # Enough rows for every step and every DAPO redraw (NeMo RL ends a run quietly when its
     # data runs out mid-step), validation on `prompts` rows; after the overrides, which may
     # turn DAPO on or off, unless they set the limits themselves.
-    yours = {key for key in (o.lstrip("+~").split("=", 1)[0] for o in overrides)}
+    yours = {override_key(o) for o in overrides}
     redraws = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1) if get_path(c, "grpo.use_dynamic_sampling") else 0
     draws = (1 + redraws) * int(get_path(c, "grpo.batch_multiplier") or 1)
     for split, rows in (("train", size.prompts * size.steps * draws), ("validation", size.prompts)):

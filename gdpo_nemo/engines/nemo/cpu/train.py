@@ -31,10 +31,10 @@ __all__ = ["CpuRun", "train_on_cpu"]
 @dataclass
 class CpuRun:
     """What a CPU run left: its run dir, NeMo RL's generate calls, seconds per phase
-    (``start``: Ray, data, environments and policy workers; ``train``: grpo_train), the
-    policy weights' |w| sum before and after (``stop``: shutting workers, environments and
-    an own Ray down), whether a timeout stopped it, and the
-    device patches its worker needed."""
+    (``start``: Ray, data, environments and policy workers; ``train``: grpo_train;
+    ``stop``: shutting workers, environments and an own Ray down), the policy weights' |w|
+    sum before and after, whether a timeout stopped it, and the device patches its worker
+    needed."""
 
     run_dir: Path
     generate_calls: int = 0
@@ -45,15 +45,15 @@ class CpuRun:
     device_patches: list = field(default_factory=list)
 
 
-def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None, keep_ray: bool = False) -> CpuRun:
+def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None) -> CpuRun:
     """Run NeMo RL's grpo_train for `config` (a validated ``gdpo.engine: nemo`` run config,
     already sized for a CPU: see `gdpo_nemo.engines.nemo.cpu.smoke`) on this machine.
 
     The run dir is ``logger.log_dir``; a run dir with checkpoints resumes from the latest,
     as on a cluster. `threads`: torch threads of the policy worker (1 keeps results
     independent of the machine). `out`: where one line per step goes (None: nowhere).
-    A Ray already started in this process is used as it is (`keep_ray`: also leave it
-    running when done); otherwise a private one is started and stopped.
+    A Ray already started in this process is used and left running; otherwise a private
+    one is started and stopped.
     """
     import ray
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -91,7 +91,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     master.policy["generation"] = configure_generation_config(master.policy["generation"], tokenizer)
 
     own_ray = not ray.is_initialized()
-    os.environ[cluster.WORKER_ENV[0]], os.environ[cluster.WORKER_ENV[1]] = str(seed), str(int(threads))
+    os.environ[cluster.SEED_ENV], os.environ[cluster.THREADS_ENV] = str(seed), str(int(threads))
     if own_ray:
         cluster.start_ray()
     else:  # NeMo RL's memory tracker asks Ray for "the" address: name this one
@@ -151,7 +151,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         if virtual_cluster is not None:
             virtual_cluster.shutdown()  # its placement groups: a later run in this Ray reuses the name
         grpo_module.shutdown_environments(task_to_env, val_task_to_env)
-        if own_ray and not keep_ray:
+        if own_ray:
             cluster.stop_ray()
         result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()

@@ -27,6 +27,7 @@ import ray
 import torch
 
 from gdpo_nemo.engines.nemo.cpu import device
+from gdpo_nemo.engines.nemo.cpu.cluster import SEED_ENV, THREADS_ENV
 
 device.install()  # before NeMo RL's worker modules bind torch.cuda / ray functions
 
@@ -34,10 +35,7 @@ from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker import unshard_fsdp2_model  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker_v2 import DTensorPolicyWorkerV2Impl  # noqa: E402
 
-__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "SEED_ENV", "THREADS_ENV", "WORKER_FQN", "sampling_seed"]
-
-SEED_ENV = "GDPO_NEMO_CPU_SEED"
-THREADS_ENV = "GDPO_NEMO_CPU_THREADS"
+__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "WORKER_FQN", "sampling_seed"]
 
 
 def sampling_seed(run_seed: int, input_ids: torch.Tensor, input_lengths: torch.Tensor) -> int:
