@@ -211,10 +211,12 @@ def test_killing_the_parent_fails_and_the_driver_reports_every_case(sandbox):
     harness = os.getpid()
     results = sandbox.run_cases(kills_parent(harness), [Case(), Case()], SMALL)
     assert [r.status for r in results] == ["error", "error"]  # killed itself; both cases reported
-    # The driver (PID 1) ignores the signal; kill(-1) finds nothing else to kill; the
-    # harness's PID does not exist inside the sandbox's PID namespace.
+    # The job process (its parent) is guarded by the filter, as is kill(-1); the driver
+    # (PID 1) ignores the signal; the harness's PID does not exist inside the sandbox.
     lines = results[0].stdout.splitlines()
-    assert lines == ["sent 1", "sent 1", "refused -1 ProcessLookupError", f"refused {harness} ProcessLookupError"]
+    assert lines == [
+        "refused 2 PermissionError", "sent 1", "refused -1 PermissionError", f"refused {harness} ProcessLookupError",
+    ]
 
 
 def test_a_daemon_that_outlives_the_program_is_killed(sandbox):

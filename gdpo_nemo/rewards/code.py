@@ -332,16 +332,22 @@ def score_code_batch(
     programs = {row: extract_program(completions[row]) for row in parsed}
     runnable = [row for row, program in programs.items() if program is not None]
     pool = shared_pool() if pool is None else pool
+
+    def judge(job: int, index: int, result: ExecResult) -> tuple[bool, bool]:
+        # Each case is judged as its result arrives and its output dropped: the harness never
+        # holds a batch's outputs (8 MiB per case allowed) until the batch is done.
+        return parsed[runnable[job]][index].passed(result), result.ok
+
     results = pool.run_many(
-        [(programs[row], [test.case for test in parsed[row]]) for row in runnable], limits, stop_on_timeout=True
+        [(programs[row], [test.case for test in parsed[row]]) for row in runnable], limits,
+        stop_on_timeout=True, judge=judge,
     )
 
     pass_rate = [0.0] * count
     bug_free = [0.0] * count
-    for row, row_results in zip(runnable, results):
-        row_tests = parsed[row]
-        pass_rate[row] = sum(test.passed(result) for test, result in zip(row_tests, row_results)) / len(row_tests)
-        bug_free[row] = 1.0 if all(result.ok for result in row_results) else 0.0
+    for row, judged in zip(runnable, results):
+        pass_rate[row] = sum(passed for passed, _ in judged) / len(judged)
+        bug_free[row] = 1.0 if all(ok for _, ok in judged) else 0.0
     scores: dict[str, list[float]] = {name: [] for name in names}
     for row in range(count):
         has_program = programs.get(row) is not None

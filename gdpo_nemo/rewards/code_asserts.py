@@ -36,6 +36,7 @@ import operator
 from dataclasses import dataclass
 
 MAX_CONSTANT_ITEMS = 1_000_000  # elements a constant built by * may have
+MAX_CONSTANT_WORK = 4_000_000  # units of work (about elements) one constant side may cost to build
 _COMPARE = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
     ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -62,32 +63,84 @@ class _NotConstant(Exception):
     """The node needs something the harness will not evaluate."""
 
 
-def _constant(node: ast.AST) -> object:
-    """The value of a constant expression, computed without running any code of the test."""
+class _Budget:
+    """Work a statement's constant sides may cost the harness, in units of about one element
+    (an item of a container, a character of a string, 64 bits of an int), counted before the
+    work is done: a data error past it, never a harness stuck parsing tests (issue 23:
+    `sum([[0]*1000]*100000, [])` is 1e5 list concatenations of up to 1e8 items).
+    Also bounds memory: what is built is at most this many elements."""
+
+    def __init__(self, units: int):
+        self.left = units
+
+    def charge(self, units: int, what: str) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise _NotConstant(f"{what} costs more than {MAX_CONSTANT_WORK:,} units of work")
+
+    def deep(self, value: object, what: str) -> None:
+        """Charge the size of `value` counted through every container (a list repeated by
+        reference counts each time, as comparing or printing it would)."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, (str, bytes)):
+                self.charge(1 + len(item), what)
+            elif isinstance(item, int):
+                self.charge(1 + item.bit_length() // 64, what)
+            elif isinstance(item, dict):
+                self.charge(1 + len(item), what)
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple, set, frozenset)):
+                self.charge(1 + len(item), what)
+                stack.extend(item)
+            else:
+                self.charge(1, what)
+
+
+def _size(value: object) -> int:
+    if isinstance(value, int):
+        return 1 + value.bit_length() // 64
+    return len(value) if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)) else 1
+
+
+def _constant(node: ast.AST, budget: _Budget) -> object:
+    """The value of a constant expression, computed without running any code of the test,
+    within `budget`."""
     if isinstance(node, ast.Constant):
+        budget.charge(_size(node.value), "a literal")
         return node.value
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        items = [_constant(item) for item in node.elts]
+        items = [_constant(item, budget) for item in node.elts]
+        if isinstance(node, ast.Set):
+            budget.deep(items, "a set display")  # hashing reads every item in full
         return tuple(items) if isinstance(node, ast.Tuple) else list(items) if isinstance(node, ast.List) else set(items)
     if isinstance(node, ast.Dict):
         if any(key is None for key in node.keys):
             raise _NotConstant("a ** in a dict display")
-        return {_constant(key): _constant(value) for key, value in zip(node.keys, node.values)}
+        keys = [_constant(key, budget) for key in node.keys]
+        budget.deep(keys, "a dict display")
+        return dict(zip(keys, (_constant(value, budget) for value in node.values)))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Not)):
-        value = _constant(node.operand)
+        value = _constant(node.operand, budget)
         if isinstance(node.op, ast.Not):
             return not value
         if not isinstance(value, (int, float, complex)):
             raise _NotConstant("a sign on something that is not a number")
         return -value if isinstance(node.op, ast.USub) else +value
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        left, right = _constant(node.left), _constant(node.right)
+        left, right = _constant(node.left, budget), _constant(node.right, budget)
         if isinstance(node.op, ast.Mult) and isinstance(left, (str, bytes, list, tuple)) and isinstance(right, int):
             if len(left) * max(right, 0) > MAX_CONSTANT_ITEMS:
                 raise _NotConstant("a repeated sequence that large")
+            budget.charge(len(left) * max(right, 0), "a repeated sequence")
         elif not all(isinstance(v, (int, float, complex)) for v in (left, right)):
             if not (isinstance(node.op, ast.Add) and type(left) is type(right) and isinstance(left, (str, bytes, list, tuple))):
                 raise _NotConstant("arithmetic on something that is not a number")
+            budget.charge(len(left) + len(right), "a concatenation")
+        else:
+            budget.charge(_size(left) * _size(right), "arithmetic")
         return _ARITHMETIC[type(node.op)](left, right)
     if isinstance(node, ast.Name) and node.id in _TYPES:
         return _TYPES[node.id]
@@ -95,17 +148,38 @@ def _constant(node: ast.AST) -> object:
         if node.attr in _MATH_CONSTANTS:
             return _MATH_CONSTANTS[node.attr]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CONSTRUCTORS:
-        args = [_constant(arg) for arg in node.args]
-        kwargs = {kw.arg: _constant(kw.value) for kw in node.keywords if kw.arg is not None}
+        args = [_constant(arg, budget) for arg in node.args]
+        kwargs = {kw.arg: _constant(kw.value, budget) for kw in node.keywords if kw.arg is not None}
         if len(kwargs) != len(node.keywords):
             raise _NotConstant("** arguments")
         if node.func.id in ("int", "str") and args and isinstance(args[0], (str, int)) and len(str(args[0])) > 4300:
             raise _NotConstant("a number that long")
+        what = f"{node.func.id}()"
+        # Every builtin here reads its arguments in full at most once (sorting: n log n
+        # comparisons, each as deep as the items), except sum() of sequences, which copies
+        # the running total at every step.
+        budget.deep(args, what)
+        if node.func.id == "sorted" and args and isinstance(args[0], (list, tuple, set, frozenset, dict, str)):
+            budget.charge(len(args[0]) * max(1, len(args[0]).bit_length()), what)
+        if node.func.id == "sum" and args and isinstance(args[0], (list, tuple)):
+            running = _size(args[1]) if len(args) > 1 else 0
+            for item in args[0]:
+                running += _size(item)
+                budget.charge(running, what)
         try:
             return _CONSTRUCTORS[node.func.id](*args, **kwargs)
         except (TypeError, ValueError, OverflowError) as err:
             raise _NotConstant(f"{node.func.id}() fails: {err}") from None
     raise _NotConstant(f"{ast.unparse(node)[:80]} is not a literal")
+
+
+def constant_value(node: ast.AST) -> object:
+    """`_constant` within a fresh budget of MAX_CONSTANT_WORK; the value is charged in full
+    too, since judging compares against all of it."""
+    budget = _Budget(MAX_CONSTANT_WORK)
+    value = _constant(node, budget)
+    budget.deep(value, "the expected value")
+    return value
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -193,14 +267,14 @@ def parse_assertion(statement: str) -> Assertion:
             and all(keyword.arg is not None and _names(keyword.value) <= _TEST_NAMES for keyword in node.keywords)
         ):
             try:
-                options = {keyword.arg: _constant(keyword.value) for keyword in node.keywords}
+                options = {keyword.arg: constant_value(keyword.value) for keyword in node.keywords}
             except _NotConstant:
                 options = None  # sorted(..., key=lambda ...): the whole call goes to the sandbox
             if options is not None:
                 return ("call", node.func.id, [term(argument) for argument in node.args], options)
         if _names(node) <= _TEST_NAMES:
             try:
-                return ("const", _constant(node))
+                return ("const", constant_value(node))
             except (_NotConstant, RecursionError, MemoryError) as err:
                 raise ValueError(
                     f"assert test has an expected side the harness cannot compute without running it "
@@ -234,7 +308,7 @@ def parse_assertion(statement: str) -> Assertion:
                 if keyword.arg not in ("rel_tol", "abs_tol"):
                     raise ValueError(f"assert test passes isclose() an unknown option: {statement[:200]!r}")
                 try:
-                    options[keyword.arg] = float(_constant(keyword.value))
+                    options[keyword.arg] = float(constant_value(keyword.value))
                 except (_NotConstant, TypeError, ValueError):
                     raise ValueError(f"assert test's isclose() tolerance is not a number: {statement[:200]!r}") from None
             return ("isclose", term(node.args[0]), term(node.args[1]), options)

@@ -56,6 +56,7 @@ FD_LIMIT = 256  # RLIMIT_NOFILE of the program; competitive programs need a hand
 STDERR_KEPT = 64 << 10  # stderr only serves diagnostics: its tail is rarely longer
 COPY_CHUNK = 1 << 20  # the payload's way from stdin to its memfd (zeroed after each job)
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
@@ -70,6 +71,7 @@ FLUSH_FAILED_STATUS = 120  # what CPython exits with when flushing stdout fails 
 SETUP_FAILED_STATUS = 121  # the driver could not prepare the case (a sandbox failure)
 COMPILE_FAILED_STATUS = 122  # the program does not compile (stderr says why)
 ENCODE_DEPTH = 200  # nesting of a returned value that `_encode` follows
+SIGPENDING_LIMIT = 64  # queued signals and POSIX timers of the program, all its processes together
 
 
 def _write_all(fd, data):
@@ -198,6 +200,31 @@ def _compile(source, filename):
     if not captured:
         return compile(source, filename, "exec", dont_inherit=True)
     return _renamed(captured[0], filename)
+
+
+def _pread_exact(fd, offset, size):
+    """`size` bytes of `fd` from `offset`."""
+    parts = []
+    while size:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            raise OSError("short payload")
+        parts.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
+def _copy_range(source_fd, offset, size, target_fd):
+    """Copy `size` bytes of `source_fd` from `offset` to `target_fd` (then rewound) inside
+    the kernel."""
+    while size:
+        sent = os.sendfile(target_fd, source_fd, offset, size)
+        if not sent:
+            raise OSError("short payload")
+        offset += sent
+        size -= sent
+    os.lseek(target_fd, 0, 0)
 
 
 def _memfd(name, data=b""):
@@ -336,6 +363,14 @@ def _report(error, main_path):
         pass
 
 
+def _flush_std():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
 def _shutdown(status):
     """Finish like the interpreter would (join non-daemon threads, run atexit callbacks,
     flush stdio), then leave with os._exit: a full finalization of the forked interpreter
@@ -405,26 +440,21 @@ def _child(header, index, payload_fd, fds, kernel):
         fd_out, fd_err, fd_val, fd_started = fds
         os.setpgid(0, 0)
         _signal.signal(SIGINT, _signal.default_int_handler)
-        size = os.fstat(payload_fd).st_size
-        parts = []
-        offset = 0
-        while offset < size:
-            chunk = os.pread(payload_fd, size - offset, offset)
-            if not chunk:
-                break
-            parts.append(chunk)
-            offset += len(chunk)
-        job = marshal.loads(b"".join(parts))
-        parts = None
-        source = job["source"]
-        kind, stdin, name, args, expressions = job["cases"][index]
-        job = None
-        fd_in = _memfd("stdin", stdin)
-        stdin = None
+        # Only this case's part of the payload is read (the job header says where each
+        # part lies): a big test set costs each case its own input, not all of them.
+        source_at, source_size = header["source"]
+        raw_source = _pread_exact(payload_fd, source_at, source_size)
+        source = raw_source.decode("utf-8", "surrogatepass")
+        kind = header["kinds"][index]
+        meta_at, meta_size, stdin_at, stdin_size = header["layout"][index]
+        name, args, expressions = marshal.loads(_pread_exact(payload_fd, meta_at, meta_size))
+        fd_in = os.memfd_create("stdin", 0)
+        _copy_range(payload_fd, stdin_at, stdin_size, fd_in)
         main_path = header["main_path"]
         main_fd = os.open(main_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        _write_all(main_fd, source.encode("utf-8", "surrogatepass"))
+        _write_all(main_fd, raw_source)
         os.close(main_fd)
+        raw_source = None
         os.dup2(fd_in, 0)
         os.dup2(fd_out, 1)
         os.dup2(fd_err, 2)
@@ -439,9 +469,12 @@ def _child(header, index, payload_fd, fds, kernel):
         resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
         # No POSIX message queues: they would outlive the program in a reused sandbox.
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+        # Queued signals and POSIX timers count against the uid's host-wide total (the
+        # harness's own, when it is not root): a program may queue a few.
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (SIGPENDING_LIMIT, SIGPENDING_LIMIT))
         if header["max_processes"] is not None:
-            # Counted per user namespace and uid, so the driver counts too: +1.
-            nproc = header["max_processes"] + 1
+            # Counted per user namespace and uid, so the driver and the job process count too.
+            nproc = header["max_processes"] + 2
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     except BaseException:
         os._exit(SETUP_FAILED_STATUS)
@@ -480,7 +513,13 @@ def _child(header, index, payload_fd, fds, kernel):
         os._exit(SETUP_FAILED_STATUS)
     status = 0
     try:
-        exec(code, namespace)
+        try:
+            exec(code, namespace)
+        finally:
+            # CPython flushes stdout and stderr as soon as the main module ends (before
+            # threads are joined and atexit runs): output printed before an atexit
+            # `os._exit` is kept.
+            _flush_std()
         if kind == "call":
             target = namespace.get(name)
             if target is None and isinstance(namespace.get("Solution"), type):
@@ -629,32 +668,70 @@ class _Payload:
         return fd
 
 
-def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
-    """Run every case of one program and report it (READY, CASE frames, DONE)."""
+def _probe_inode(directory):
+    """The inode number a new file in `directory` gets now (the file is removed again), or
+    None. tmpfs numbers inodes from one counter per mount, so this tells how many files
+    were made in the sandbox's /tmp since an earlier probe."""
+    path = directory + "/.inode-probe"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _own_cpu(resource):
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
+    """Run every case of one program and report it (READY, CASE frames, DONE); True if the
+    sandbox is clean for the next program.
+
+    Runs in the job process: forked from PID 1 for this program alone, a subreaper (the
+    program's orphans come back to it, not to PID 1), gone after the job. Everything done
+    because of what the program did (reaping its processes, emptying /tmp) is done here, so
+    none of it shows in PID 1's counters, which every later program can read in /proc/1.
+    """
     _write_all(result_fd, b"READY %d\n" % (1 if protected else 0))
     cap = header["max_output_bytes"]
     # What the harness receives over the whole run is bounded too: a program printing the
     # per-case cap on every one of many cases would otherwise fill the harness's memory.
     budget = header["max_run_output_bytes"]
-    pid_namespace = header["pid_namespace"] and os.getpid() == 1
+    pid_namespace = header["pid_namespace"] and os.getppid() == 1
     work_dir = header["main_path"].rpartition("/")[0] or "/"
-    kernel.prepare_filter(header["seccomp"])
+    # The filter refuses signals to this process: the placeholder becomes its PID.
+    program = bytearray(header["seccomp"])
+    me = os.getpid()
+    for at, negated in header["guard_sites"]:
+        program[at : at + 4] = ((-me if negated else me) & 0xFFFFFFFF).to_bytes(4, "little")
+    kernel.prepare_filter(bytes(program))
+    os.setpgid(0, 0)  # a process group of its own, so that -PID names only it
     if "call" in header["kinds"] or "eval" in header["kinds"]:
         import json  # noqa: F401  (loaded once here, inherited by every forked child)
     if "call" in header["kinds"]:
         import typing  # noqa: F401
-    if "mode" not in state:
-        state["mode"] = os.stat(work_dir).st_mode & 0o7777
     compile_error = -1  # the stderr memfd of the case that found the program does not compile
     stopped = False
-    first_pid = _last_pid() if pid_namespace else 0
+    # The job process was the last PID handed out, and its probe the last inode made in /tmp.
+    first_pid = os.getpid() if pid_namespace else 0
+    first_inode = _probe_inode(work_dir) if pid_namespace else None
+    forked = 0
     for index, kind in enumerate(header["kinds"]):
         if stopped:
-            _write_all(result_fd, b"CASE %d skipped 0 0 0 0 0 0 0 0 0\n" % index)
+            _write_all(result_fd, b"CASE %d skipped 0 0 0 0 0 0 0 0 0 0\n" % index)
             continue
         if compile_error >= 0:
             total, kept = _kept(compile_error, min(cap, budget))
-            _write_all(result_fd, b"CASE %d compile 1 0 0 0 %d 0 %d 0 0\n" % (index, total, kept))
+            _write_all(result_fd, b"CASE %d compile 1 0 0 0 %d 0 %d 0 0 0\n" % (index, total, kept))
             _send(result_fd, compile_error, kept)
             budget -= kept
             continue
@@ -669,17 +746,21 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
         pid = os.fork()
         if pid == 0:
             _child(header, index, payload_fd, fds, kernel)
+        forked += 1
         status, _, timed_out = _wait(pid, header["wall_seconds"])
-        wall = time.monotonic() - started
         strays = _sweep(pid, pid_namespace)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         # Every process of the case counts, not only the main one: the sweep reaped them all.
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         ran = os.fstat(fds[3]).st_size > 0
         # Each case starts from an empty /tmp, as a fresh run would: files the previous case
-        # wrote would let a program carry state from one test to the next.
-        _wipe(work_dir, state["mode"])
-        if timed_out:
+        # wrote would let a program carry state from one test to the next. Emptying it costs
+        # what the program made (150k files take a second): that time is the case's.
+        cleanup = _own_cpu(resource)
+        _wipe(work_dir, mode)
+        cpu += _own_cpu(resource) - cleanup
+        wall = time.monotonic() - started
+        if timed_out or (ran and wall > header["wall_seconds"]):
             term, number = b"wall", 0
             stopped = header["stop_on_timeout"]
         elif not ran:
@@ -697,12 +778,12 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
         budget -= out
         err_total, err = _kept(fds[1], min(cap, STDERR_KEPT, budget))
         budget -= err
-        value = 0
+        value_total = value = 0
         if fds[2] >= 0:
-            value = _kept(fds[2], min(cap, budget))[1]
+            value_total, value = _kept(fds[2], min(cap, budget))
             budget -= value
-        header_line = b"CASE %d %s %d %.6f %.6f %d %d %d %d %d %d\n" % (
-            index, term, number, cpu, wall, out_total, err_total, out, err, value, int(strays)
+        header_line = b"CASE %d %s %d %.6f %.6f %d %d %d %d %d %d %d\n" % (
+            index, term, number, cpu, wall, out_total, err_total, value_total, out, err, value, int(strays)
         )
         _write_all(result_fd, header_line)
         _send(result_fd, fds[0], out)
@@ -717,8 +798,13 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, state):
     if compile_error >= 0:
         os.close(compile_error)
     # Whatever the program wrote stays out of the next program's way; a sandbox that
-    # cannot be cleaned, or holds kernel objects, retires ("DONE 1").
-    clean = _wipe(work_dir, state["mode"]) and not (pid_namespace and _leftovers())
+    # cannot be cleaned, holds kernel objects, or whose numbering of PIDs or inodes the
+    # program moved, retires ("DONE 1").
+    clean = _wipe(work_dir, mode) and not (pid_namespace and _leftovers())
+    if pid_namespace and clean:
+        # Each case's process wrote one main.py; any other file moved tmpfs's inode counter,
+        # which the next program would read in its own main.py's inode number.
+        clean = first_inode is not None and _probe_inode(work_dir) == first_inode + forked + 1
     if pid_namespace and clean:
         clean = _settle_pid_counter(first_pid, len(header["kinds"]))
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
@@ -736,6 +822,9 @@ def main():
 
     # As PID 1 the driver gets only the signals it handles; Python handles SIGINT.
     _signal.signal(SIGINT, _signal.SIG_IGN)
+    # Job processes are reaped by the kernel: a reaped child's CPU time and page faults
+    # would otherwise add up in PID 1's /proc/1/stat, where the next program reads them.
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)
     kernel = _Kernel()
     protected = kernel.make_undumpable()
     kernel.new_session_keyring()
@@ -743,7 +832,7 @@ def main():
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    state = {}
+    mode = None
     payloads = _Payload()
     # Jobs arrive one after another, each a header and a payload, both an 8-byte big-endian
     # length and the bytes; the harness closes stdin when it has no more.
@@ -756,12 +845,25 @@ def main():
         payload_fd = payloads.receive(jobs_fd, int.from_bytes(size, "big"))
         if payload_fd is None:
             return
+        header = marshal.loads(blob)
+        if mode is None:
+            mode = os.stat(header["main_path"].rpartition("/")[0] or "/").st_mode & 0o7777
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+                kernel.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+                _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode)
+                status = 0
+            finally:
+                os._exit(status)
         try:
-            clean = _run_job(marshal.loads(blob), payload_fd, result_fd, protected, kernel, resource, state)
-        finally:
-            os.close(payload_fd)
-        if not clean:
-            return
+            os.waitpid(pid, 0)  # returns (ECHILD) once the kernel reaped it
+        except ChildProcessError:
+            pass
+        os.close(payload_fd)
+        # A retiring job said so in its DONE line: the harness ends this sandbox.
 
 
 main()

@@ -76,9 +76,13 @@ class SandboxCgroup:
         """`argv` started inside this cgroup."""
         return ["/bin/sh", "-c", _ENTER, "gdpo-sandbox-enter", *self.procs_files, "--", *argv]
 
-    def apply(self, limits: Limits) -> None:
-        """Set the bounds for a job with `limits` (only writes what changed)."""
-        memory = int(limits.memory_bytes) + int(limits.tmp_bytes) + SANDBOX_OVERHEAD_BYTES
+    def apply(self, limits: Limits, payload: int = 0) -> None:
+        """Set the bounds for a job with `limits` whose payload (source and test inputs,
+        held by the driver in a memfd for the job) is `payload` bytes: the harness's copy
+        of the tests is not the program's memory, so the bound grows by it (in whole MiB).
+        Only writes what changed."""
+        payload = -(-max(0, int(payload)) // MIB) * MIB
+        memory = int(limits.memory_bytes) + int(limits.tmp_bytes) + SANDBOX_OVERHEAD_BYTES + payload
         pids = int(limits.max_processes) + PROCESS_OVERHEAD
         wanted = (memory, pids)
         if wanted == self._limits:

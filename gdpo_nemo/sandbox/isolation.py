@@ -124,6 +124,7 @@ class Isolation:
         self._prefix = self._drop_privileges_prefix()
         # Built once here so that an unknown machine fails before any program runs.
         self.seccomp_filter = seccomp.filter_program()
+        self.seccomp_guard_sites = seccomp.guard_sites(self.seccomp_filter)
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
 
     def _drop_privileges_prefix(self) -> list[str]:

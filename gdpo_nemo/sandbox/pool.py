@@ -11,13 +11,14 @@ every job gets a sandbox of its own.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from gdpo_nemo.sandbox.limits import Limits
-from gdpo_nemo.sandbox.runner import Case, ExecResult, Sandbox, default_sandbox
+from gdpo_nemo.sandbox.runner import Case, Sandbox, default_sandbox
 from gdpo_nemo.sandbox.worker import SandboxWorker
 
 
@@ -67,32 +68,42 @@ class SandboxPool:
         self._kept: list[SandboxWorker] = []
         self._kept_lock = threading.Lock()
 
-    def _run(self, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool) -> list[ExecResult]:
+    def _run(self, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool, judge) -> list:
         if not self.reuse or self.sandbox.active_backend != "bwrap":
-            return self.sandbox.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout)
+            return self.sandbox.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout, judge=judge)
         worker = getattr(self._local, "worker", None)
         if worker is None:
             worker = self._local.worker = SandboxWorker(self.sandbox, self.limits.tmp_bytes)
             with self._kept_lock:
                 self._kept.append(worker)
-        return worker.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout)
+        return worker.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout, judge=judge)
 
     def submit(
-        self, source: str, cases: Sequence[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
+        self, source: str, cases: Sequence[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False,
+        judge=None,
     ) -> Future:
-        """Start one program on its cases; a Future of its list[ExecResult]
-        (see `Sandbox.run_cases`)."""
-        return self._executor.submit(self._run, source, list(cases), limits or self.limits, bool(stop_on_timeout))
+        """Start one program on its cases; a Future of its list[ExecResult], or of what
+        `judge(case index, result)` made of each (see `Sandbox.run_cases`)."""
+        return self._executor.submit(self._run, source, list(cases), limits or self.limits, bool(stop_on_timeout), judge)
 
     def run_many(
-        self, jobs: Iterable[tuple[str, Sequence[Case]]], limits: Limits | None = None, *, stop_on_timeout: bool = False
-    ) -> list[list[ExecResult]]:
+        self, jobs: Iterable[tuple[str, Sequence[Case]]], limits: Limits | None = None, *, stop_on_timeout: bool = False,
+        judge=None,
+    ) -> list[list]:
         """Run every (source, cases) job, `workers` at a time; results in job order.
 
+        judge: `judge(job index, case index, result)` is called with each case's ExecResult
+            as it arrives (in a worker thread), and what it returns replaces the ExecResult:
+            the harness then holds one case's output per worker, whatever the batch size,
+            instead of every output of the batch until the end.
         Raises the first SandboxError (the sandbox broke) or ValueError (a bad job);
         never raises because of what a program does.
         """
-        futures = [self.submit(source, cases, limits, stop_on_timeout=stop_on_timeout) for source, cases in jobs]
+        futures = [
+            self.submit(source, cases, limits, stop_on_timeout=stop_on_timeout,
+                        judge=None if judge is None else functools.partial(judge, job))
+            for job, (source, cases) in enumerate(jobs)
+        ]
         return [future.result() for future in futures]
 
     def close(self) -> None:

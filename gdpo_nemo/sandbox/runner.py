@@ -34,11 +34,13 @@ import atexit
 import logging
 import marshal
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,7 @@ STARTUP_SLACK_S = 10.0
 # Per-case slack for the driver's own work (fork, reading outputs) within the run deadline.
 PER_CASE_SLACK_S = 0.5
 BACKEND_ENV = "GDPO_NEMO_SANDBOX_BACKEND"
+READ_CHUNK = 1 << 20
 _SIGKILL = int(signal.SIGKILL)
 
 
@@ -157,6 +160,7 @@ class _Frame:
     wall_s: float
     out_total: int
     err_total: int
+    value_total: int
     out: bytes
     err: bytes
     value: bytes
@@ -165,13 +169,18 @@ class _Frame:
 
 @dataclass
 class _Report:
-    """What the driver reported for one job."""
+    """What the driver reported for one job. `frames` holds per case index either the
+    `_Frame` or, when a FrameReader was given `convert`, what that made of it."""
 
     started: bool  # it wrote READY: the sandbox came up
     protected: bool  # it made itself non-dumpable
-    frames: dict[int, _Frame]
+    frames: dict[int, object]
     done: bool  # it wrote DONE after every case
     retiring: bool  # it will serve no further job (DONE 1)
+
+
+# Parsed bytes are dropped from a FrameReader's buffer once this many have piled up.
+_COMPACT_BYTES = 1 << 20
 
 
 class FrameReader:
@@ -180,15 +189,21 @@ class FrameReader:
     `feed` returns True once the report is complete (DONE after every case) or void:
     anything malformed, out of order or after DONE voids the whole report, because those
     bytes did not come from the driver as written.
+
+    convert: called as `convert(index, frame)` as soon as a case's frame is complete; what it
+        returns is kept instead of the frame, whose bytes are dropped. So the reader holds at
+        most one case's output (and the caller whatever `convert` keeps), however many cases
+        the job has.
     """
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, convert=None):
         self.count = count
+        self.convert = convert
         self.data = bytearray()
         self.position = 0
         self.started = self.protected = self.done = self.void = False
         self.retiring = True
-        self.frames: dict[int, _Frame] = {}
+        self.frames: dict[int, object] = {}
         self._pending: tuple | None = None  # a frame header whose body has not all arrived
 
     def feed(self, chunk: bytes) -> bool:
@@ -197,21 +212,24 @@ class FrameReader:
         while not (self.done or self.void):
             if not self._step():
                 break
+        if self.position >= _COMPACT_BYTES:
+            del self.data[: self.position]
+            self.position = 0
         return self.done or self.void
 
     def _step(self) -> bool:
         """Parse one line or frame body; False when more bytes are needed."""
         if self._pending is not None:
-            fields, size = self._pending
-            if len(self.data) - self.position < size:
+            fields, sizes = self._pending
+            if len(self.data) - self.position < sum(sizes):
                 return False
-            body = bytes(self.data[self.position : self.position + size])
-            index, term, number, cpu_s, wall_s, out_total, err_total, len_out, len_err, strays = fields
-            self.frames[index] = _Frame(
-                term, number, cpu_s, wall_s, out_total, err_total,
-                body[:len_out], body[len_out : len_out + len_err], body[len_out + len_err :], strays,
-            )
-            self.position += size
+            bodies = []
+            for size in sizes:
+                bodies.append(bytes(self.data[self.position : self.position + size]))
+                self.position += size
+            index, term, number, cpu_s, wall_s, out_total, err_total, value_total, strays = fields
+            frame = _Frame(term, number, cpu_s, wall_s, out_total, err_total, value_total, *bodies, strays)
+            self.frames[index] = frame if self.convert is None else self.convert(index, frame)
             self._pending = None
             return True
         line_end = self.data.find(b"\n", self.position)
@@ -234,13 +252,13 @@ class FrameReader:
                 self.done, self.retiring = True, line == b"DONE 1"
             return False
         parts = line.split(b" ")
-        if len(parts) != 12 or parts[0] != b"CASE":
+        if len(parts) != 13 or parts[0] != b"CASE":
             self.void = True
             return False
         try:
             index, number = int(parts[1]), int(parts[3])
             cpu_s, wall_s = float(parts[4]), float(parts[5])
-            out_total, err_total, len_out, len_err, len_val, strays = (int(p) for p in parts[6:12])
+            out_total, err_total, value_total, len_out, len_err, len_val, strays = (int(p) for p in parts[6:13])
         except ValueError:
             self.void = True
             return False
@@ -248,8 +266,8 @@ class FrameReader:
             self.void = True
             return False
         term = parts[2].decode("ascii", "replace")
-        self._pending = ((index, term, number, cpu_s, wall_s, out_total, err_total, len_out, len_err, bool(strays)),
-                         len_out + len_err + len_val)
+        self._pending = ((index, term, number, cpu_s, wall_s, out_total, err_total, value_total, bool(strays)),
+                         (len_out, len_err, len_val))
         return True
 
     def report(self) -> _Report:
@@ -257,13 +275,6 @@ class FrameReader:
         if self.void:
             return _Report(self.started, False, {}, False, True)
         return _Report(self.started, self.protected, dict(self.frames), self.done, self.retiring)
-
-
-def _parse_frames(data: bytes, count: int) -> _Report:
-    """The driver's report of one job, from its whole output."""
-    reader = FrameReader(count)
-    reader.feed(data)
-    return reader.report()
 
 
 def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
@@ -284,9 +295,14 @@ def _status(frame: _Frame, limits: Limits) -> tuple[str, int | None]:
             return "output_limit", -frame.number
         return "error", -frame.number
     code = frame.number
+    # More stdout (or a larger returned value) than the harness keeps: a limit hit, whatever
+    # the exit status; the output cannot be judged and is no program's normal behaviour.
+    cut = frame.out_total > len(frame.out) or frame.value_total > len(frame.value)
     if code == 0:
+        if cut:
+            return "output_limit", 0
         return ("stray_process" if frame.strays else "ok"), 0
-    if max(frame.out_total, frame.err_total) >= limits.max_file_bytes:
+    if cut or max(frame.out_total, frame.err_total) >= limits.max_file_bytes:
         return "output_limit", code
     # An uncaught exception's traceback ends with "<Type>: <message>" on its last line.
     if frame.err[-2000:].rstrip().rsplit(b"\n", 1)[-1].startswith(b"MemoryError"):
@@ -395,13 +411,14 @@ class Sandbox:
         self._get_isolation()
         return self._cgroup_root is not None
 
-    def new_cgroup(self, limits: Limits) -> SandboxCgroup | None:
-        """A cgroup for one new sandbox, bounded for `limits`, or None without cgroups."""
+    def new_cgroup(self, limits: Limits, payload: int = 0) -> SandboxCgroup | None:
+        """A cgroup for one new sandbox, bounded for `limits` and a job payload of `payload`
+        bytes, or None without cgroups."""
         if self._cgroup_root is None:
             return None
         cgroup = self._cgroup_root.create()
         try:
-            cgroup.apply(limits)
+            cgroup.apply(limits, payload)
         except OSError as err:
             cgroup.remove()
             raise SandboxError(f"cannot bound the sandbox's cgroup: {err}") from err
@@ -447,12 +464,17 @@ class Sandbox:
         return None
 
     def run_cases(
-        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
-    ) -> list[ExecResult]:
+        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False,
+        judge=None,
+    ) -> list:
         """Run `source` once per case in one sandbox; one ExecResult per case, in order.
 
         stop_on_timeout: after the first case that times out, skip the rest (status
-        "skipped") instead of letting each of them run into its limit too.
+            "skipped") instead of letting each of them run into its limit too.
+        judge: `judge(index, result)` is called with each case's ExecResult as soon as it
+            arrives, and what it returns replaces the ExecResult in the returned list: the
+            output is dropped at once, so the harness holds one case's output at a time
+            however many cases and programs run (`gdpo_nemo.rewards.code` judges this way).
         Never raises because of what the program does; raises ValueError for bad arguments
         and SandboxError when the sandbox itself cannot run.
         """
@@ -467,15 +489,16 @@ class Sandbox:
         limits = Limits() if limits is None else limits
         if not isinstance(limits, Limits):
             raise ValueError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
-        return self._run(self._get_isolation(), source, cases, limits, bool(stop_on_timeout))
+        return self._run(self._get_isolation(), source, cases, limits, bool(stop_on_timeout), judge)
 
     def run_program(self, source: str, stdin: str | bytes = "", limits: Limits | None = None) -> ExecResult:
         """Run `source` once with `stdin`; its ExecResult."""
         return self.run_cases(source, [Case(stdin=stdin)], limits)[0]
 
     def _run(
-        self, isolation: Isolation, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool = False
-    ) -> list[ExecResult]:
+        self, isolation: Isolation, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool = False,
+        judge=None,
+    ) -> list:
         workdir = None
         if isolation.backend == "rlimits":
             workdir = tempfile.mkdtemp(prefix="gdpo-sandbox-")
@@ -483,42 +506,86 @@ class Sandbox:
                 os.chown(workdir, isolation.uid, isolation.uid)
         try:
             launch = isolation.launch(limits.tmp_bytes, workdir)
-            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout)
+            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge)
         finally:
             if workdir is not None:
                 _remove_tree(workdir)
 
-    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout) -> list[ExecResult]:
+    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout, judge) -> list:
         blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
-        cgroup = self.new_cgroup(limits)
+        cgroup = self.new_cgroup(limits, payload_bytes(blob))
         try:
-            return self._run_process(launch, cgroup, blob, cases, limits)
+            return self._run_process(launch, cgroup, blob, cases, limits, judge)
         finally:
             if cgroup is not None:
                 cgroup.remove()
 
-    def _run_process(self, launch, cgroup, blob, cases, limits) -> list[ExecResult]:
+    def _run_process(self, launch, cgroup, blob, cases, limits, judge) -> list:
         argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)
+        stderr = tempfile.TemporaryFile()  # never blocks the driver; read at the end
         try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=launch.cwd, env=launch.env, close_fds=True, start_new_session=True,
-            )
-        except OSError as err:
-            raise SandboxError(f"cannot start {argv[0]}: {err}") from err
-        timed_out = False
-        try:
-            # One job, then end of input: the driver exits after it.
-            out, err = process.communicate(launch.stdin_prefix + blob, timeout=run_deadline(cases, limits))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(process)
-            out, err = process.communicate()
-        finally:
-            if process.poll() is None:
-                kill_group(process)
+            try:
+                process = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                    cwd=launch.cwd, env=launch.env, close_fds=True, start_new_session=True,
+                )
+            except OSError as err:
+                raise SandboxError(f"cannot start {argv[0]}: {err}") from err
+            reader = judged_reader(cases, limits, judge)
+            timed_out = False
+            try:
+                # One job, then end of input: the driver exits after it.
+                try:
+                    process.stdin.write(launch.stdin_prefix + blob)
+                    process.stdin.close()
+                except OSError:
+                    pass  # it ended early: what it reported (or not) says why
+                report, timed_out, _ = read_report(process.stdout.fileno(), run_deadline(cases, limits), reader)
+                if report.done:
+                    try:
+                        process.wait(timeout=STARTUP_SLACK_S)
+                    except subprocess.TimeoutExpired:
+                        pass
+            finally:
+                if process.poll() is None:
+                    kill_group(process)
                 process.wait()
-        return collect(_parse_frames(out, len(cases)), cases, limits, timed_out, err, process.returncode)
+                process.stdout.close()
+            stderr.seek(0)
+            text = stderr.read()[-4000:]
+        finally:
+            stderr.close()
+        return collect(report, cases, limits, timed_out, text, process.returncode, judge)
+
+
+def judged_reader(cases: list[Case], limits: Limits, judge) -> FrameReader:
+    """A FrameReader for a job's cases that hands each case's ExecResult to `judge(index,
+    result)` as soon as it is complete and keeps only what `judge` returns (None: keeps the
+    frames, read into ExecResults by `collect`)."""
+    if judge is None:
+        return FrameReader(len(cases))
+    return FrameReader(len(cases), lambda index, frame: judge(index, _result(frame, cases[index], limits)))
+
+
+def read_report(fd: int, deadline: float, reader: FrameReader) -> tuple[_Report, bool, bool]:
+    """Feed `reader` from the driver's output `fd` until the report is complete or void, the
+    driver's output ends, or `deadline` seconds pass: (the report, deadline passed?, output
+    ended?). Each byte is parsed once, as it arrives."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    until = time.monotonic() + deadline
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return reader.report(), True, False
+        if not poller.poll(int(left * 1000) + 1):
+            continue
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            return reader.report(), False, True
+        if reader.feed(chunk):
+            # A void report means the driver cannot be trusted: its sandbox should end.
+            return reader.report(), False, reader.void
 
 
 def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool) -> bytes:
@@ -541,13 +608,26 @@ def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limit
         "pid_namespace": launch.pid_namespace,
         "stop_on_timeout": bool(stop_on_timeout),
         "seccomp": isolation.seccomp_filter,
+        "guard_sites": isolation.seccomp_guard_sites,
     }
-    try:
-        payload = marshal.dumps({"source": source, "cases": [case._wire() for case in cases]}, 4)
-    except ValueError as err:
-        raise ValueError(f"Case.args must hold only JSON-like values (None, bool, int, float, str, list, dict): {err}") from None
+    # The payload: the source, then per case its call data (marshal) and its stdin, raw. The
+    # header says where each part lies, so a case's process reads only its own.
+    parts = [source.encode("utf-8", "surrogatepass")]
+    header["source"] = (0, len(parts[0]))
+    layout = []
+    at = len(parts[0])
+    for case in cases:
+        kind, stdin, name, args, expressions = case._wire()
+        try:
+            meta = marshal.dumps((name, args, expressions), 4)
+        except ValueError as err:
+            raise ValueError(f"Case.args must hold only JSON-like values (None, bool, int, float, str, list, dict): {err}") from None
+        layout.append((at, len(meta), at + len(meta), len(stdin)))
+        parts += [meta, stdin]
+        at += len(meta) + len(stdin)
+    header["layout"] = layout
     head = marshal.dumps(header, 4)
-    return len(head).to_bytes(8, "big") + head + len(payload).to_bytes(8, "big") + payload
+    return b"".join([len(head).to_bytes(8, "big"), head, at.to_bytes(8, "big"), *parts])
 
 
 def run_deadline(cases: list[Case], limits: Limits) -> float:
@@ -555,13 +635,17 @@ def run_deadline(cases: list[Case], limits: Limits) -> float:
     return STARTUP_SLACK_S + len(cases) * (limits.wall_seconds + PER_CASE_SLACK_S)
 
 
-def collect(report: _Report, cases: list[Case], limits: Limits, timed_out: bool, stderr: bytes, exit_status) -> list[ExecResult]:
-    """One ExecResult per case from the driver's report; cases it did not report are
-    "timeout" when the harness gave up on the job, else "sandbox_error"."""
+def collect(
+    report: _Report, cases: list[Case], limits: Limits, timed_out: bool, stderr: bytes, exit_status, judge=None
+) -> list:
+    """One ExecResult per case from the driver's report (or, with `judge`, what it made of
+    each, see `judged_reader`); cases it did not report are "timeout" when the harness gave
+    up on the job, else "sandbox_error"."""
     text = stderr.decode("utf-8", "replace")[-2000:]
     if not report.started:
         if timed_out:
-            return [ExecResult(status="timeout", returncode=None, stderr=text) for _ in cases]
+            lost = [ExecResult(status="timeout", returncode=None, stderr=text) for _ in cases]
+            return lost if judge is None else [judge(index, result) for index, result in enumerate(lost)]
         raise SandboxError(f"the sandbox did not start (exit status {exit_status}): {text}")
     if not report.protected and report.frames:
         _warn_once("unprotected", "gdpo_nemo.sandbox: the driver could not make itself non-dumpable (prctl); a "
@@ -569,12 +653,21 @@ def collect(report: _Report, cases: list[Case], limits: Limits, timed_out: bool,
     lost = "timeout" if timed_out else "sandbox_error"
     results = []
     for index, case in enumerate(cases):
-        frame = report.frames.get(index)
-        if frame is None:
-            results.append(ExecResult(status=lost, returncode=None, stderr=text))
+        if index not in report.frames:
+            result = ExecResult(status=lost, returncode=None, stderr=text)
+            results.append(result if judge is None else judge(index, result))
+        elif judge is None:
+            results.append(_result(report.frames[index], case, limits))
         else:
-            results.append(_result(frame, case, limits))
+            results.append(report.frames[index])
     return results
+
+
+def payload_bytes(blob: bytes) -> int:
+    """Size of the payload part of a job blob (see `job_blob`): the driver holds it in a
+    memfd in the sandbox for the whole job, so the sandbox's memory bound grows by it."""
+    head = int.from_bytes(blob[:8], "big")
+    return int.from_bytes(blob[8 + head : 16 + head], "big")
 
 
 def kill_group(process: subprocess.Popen) -> None:

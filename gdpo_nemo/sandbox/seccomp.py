@@ -24,6 +24,28 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
 - setting file times (`utime`, `utimes`, `futimesat`, `utimensat`): the host's /dev/null is
   bound into the sandbox, and its times would carry messages between programs. (So
   `shutil.copy2`, which copies times, fails inside the sandbox; `shutil.copy` works.)
+- another process's state (issue 23): `prlimit64`, `sched_setparam/getparam/setscheduler/
+  getscheduler/setaffinity/getaffinity/setattr/getattr/rr_get_interval` unless aimed at the
+  caller itself (pid 0); `setpriority/getpriority` unless `PRIO_PROCESS, 0`; `ioprio_set/get`
+  unless `IOPRIO_WHO_PROCESS, 0`. The driver (PID 1) and its job process run as the
+  program's uid, so these calls would otherwise change or read their limits, priorities and
+  CPUs: one program could break every later program of a reused sandbox, or pass them a
+  message. A test program only ever sets its own (`resource.setrlimit`, `os.nice`,
+  `os.sched_setaffinity(0, ...)` all pass pid 0).
+- signals to the job process (the driver's child that runs this program's cases; it holds
+  the report channel and reaps the program's processes): `kill`, `tkill`, `tgkill`,
+  `rt_sigqueueinfo`, `rt_tgsigqueueinfo`, `pidfd_open` aimed at its PID (or, for `kill`, its
+  process group or -1, "every process"); `fcntl(F_SETOWN)` naming it, `F_SETOWN_EX` and the
+  `ioctl`s FIOSETOWN / SIOCSPGRP (whose target the filter cannot read). The filter is built
+  with a placeholder (`GUARD_PLACEHOLDER`) that the job process replaces with its own PID
+  (at `guard_sites`). A program may still signal its own processes; PID 1 ignores what it sends.
+- locks, leases and watches on files (`flock`; `fcntl` with F_GETLK/F_SETLK/F_SETLKW, their
+  F_OFD_ forms, F_SETLEASE/F_GETLEASE and F_NOTIFY; `inotify_init/init1/add_watch/rm_watch`):
+  the read-only system files under /usr are the same inodes in every sandbox, so a lock or a
+  watch on them would carry messages between concurrent programs.
+- Linux native AIO (`io_setup`, `io_destroy`, `io_submit`, `io_cancel`, `io_getevents`,
+  `io_pgetevents`): its contexts count against the host-wide `fs.aio-max-nr`, which neither
+  an rlimit nor a cgroup bounds; a program could make the harness's own AIO fail.
 - `clone3` (ENOSYS: its flags sit behind a pointer the filter cannot read; the C library
   then falls back to `clone`).
 - sockets of any family but AF_UNIX, AF_INET and AF_INET6 (EAFNOSUPPORT): no netlink, no
@@ -56,6 +78,41 @@ _COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them
     "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
     "file_setattr": 469,
 }
+# Calls allowed only in the forms that act on the caller itself (see the module docstring).
+_CONDITIONAL_COMMON: dict[str, int] = {}
+_CONDITIONAL_X86_64 = {
+    "prlimit64": 302, "setpriority": 141, "getpriority": 140, "sched_setparam": 142, "sched_getparam": 143,
+    "sched_setscheduler": 144, "sched_getscheduler": 145, "sched_rr_get_interval": 148, "sched_setaffinity": 203,
+    "sched_getaffinity": 204, "sched_setattr": 314, "sched_getattr": 315, "ioprio_set": 251, "ioprio_get": 252,
+    "fcntl": 72,
+}
+_CONDITIONAL_AARCH64 = {
+    "prlimit64": 261, "setpriority": 140, "getpriority": 141, "sched_setparam": 118, "sched_getparam": 121,
+    "sched_setscheduler": 119, "sched_getscheduler": 120, "sched_rr_get_interval": 127, "sched_setaffinity": 122,
+    "sched_getaffinity": 123, "sched_setattr": 274, "sched_getattr": 275, "ioprio_set": 30, "ioprio_get": 31,
+    "fcntl": 25,
+}
+# The rule of each conditional call: the (argument index, value) pairs that must all hold.
+_SELF_ONLY = ((0, 0),)
+RULES = {
+    **{name: _SELF_ONLY for name in _CONDITIONAL_X86_64 if name.startswith(("prlimit", "sched_"))},
+    "setpriority": ((0, 0), (1, 0)),  # PRIO_PROCESS, who = 0
+    "getpriority": ((0, 0), (1, 0)),
+    "ioprio_set": ((0, 1), (1, 0)),  # IOPRIO_WHO_PROCESS, who = 0
+    "ioprio_get": ((0, 1), (1, 0)),
+}
+# Signals aimed at the job process (see the module docstring): the filter compares with this
+# placeholder, which `guard` replaces with the job process's PID.
+GUARD_PLACEHOLDER = 0x5A5A_A5A5
+_SIGNALLING_COMMON = {"pidfd_open": 434}
+_SIGNALLING_X86_64 = {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "ioctl": 16}
+_SIGNALLING_AARCH64 = {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "ioctl": 29}
+F_SETOWN, F_SETOWN_EX = 8, 15
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
+# fcntl commands refused: record locks (classic and open-file-description), leases, dnotify.
+F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 5, 6, 7, 36, 37, 38
+F_SETLEASE, F_GETLEASE, F_NOTIFY = 1024, 1025, 1026
+REFUSED_FCNTL = (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY)
 _X86_64 = {
     "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321,
     "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "perf_event_open": 298, "userfaultfd": 323,
@@ -65,6 +122,8 @@ _X86_64 = {
     "init_module": 175, "finit_module": 313, "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168,
     "acct": 163, "quotactl": 179, "name_to_handle_at": 303, "open_by_handle_at": 304, "kcmp": 312, "fanotify_init": 300,
     "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+    "flock": 73, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "inotify_rm_watch": 255,
+    "io_setup": 206, "io_destroy": 207, "io_getevents": 208, "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333,
 }
 _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/ioperm
     "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
@@ -74,14 +133,17 @@ _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/io
     "semtimedop": 192, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "kexec_load": 104,
     "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106, "reboot": 142, "swapon": 224,
     "swapoff": 225, "acct": 89, "quotactl": 60, "name_to_handle_at": 264, "open_by_handle_at": 265, "kcmp": 272,
-    "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88,
+    "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88, "flock": 32, "inotify_init1": 26,
+    "inotify_add_watch": 27, "inotify_rm_watch": 28, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
+    "io_getevents": 4, "io_pgetevents": 292,
 }
 # machine -> (AUDIT_ARCH_* value, syscall table, whether the x32 bit must be refused)
 MACHINES = {
-    "x86_64": (0xC000003E, {**_X86_64, **_COMMON}, True),
-    "aarch64": (0xC00000B7, {**_AARCH64, **_COMMON}, False),
+    "x86_64": (0xC000003E, {**_X86_64, **_COMMON, **_CONDITIONAL_X86_64, **_SIGNALLING_X86_64, **_SIGNALLING_COMMON}, True),
+    "aarch64": (0xC00000B7, {**_AARCH64, **_COMMON, **_CONDITIONAL_AARCH64, **_SIGNALLING_AARCH64, **_SIGNALLING_COMMON}, False),
 }
 REFUSED = tuple(name for name in _X86_64 if name != "socket") + tuple(n for n in _COMMON if n != "clone3")
+CONDITIONAL = tuple(_CONDITIONAL_X86_64)
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -109,8 +171,41 @@ def filter_program(machine: str | None = None) -> bytes:
         code.append((_JGE_K, "ret_nosys", 0, _X32_BIT))
     code += [(_JEQ_K, "ret_perm", 0, number) for number in refused]
     code += [(_JEQ_K, "socket", 0, table["socket"]), (_JEQ_K, "ret_nosys", 0, table["clone3"])]
+    code.append((_JEQ_K, "fcntl", 0, table["fcntl"]))
+    code.append((_JEQ_K, "kill", 0, table["kill"]))
+    code += [(_JEQ_K, "not_guarded", 0, table[name]) for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")]
+    code.append((_JEQ_K, "ioctl", 0, table["ioctl"]))
+    rule_blocks: dict[tuple, str] = {}
+    for name in CONDITIONAL:
+        if name in RULES:
+            label = rule_blocks.setdefault(RULES[name], f"rule{len(rule_blocks)}")
+            code.append((_JEQ_K, label, 0, table[name]))
     code.append((_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    blocks = {
+    blocks: dict[str, list] = {}
+    for rule, label in rule_blocks.items():
+        # Each (argument, value) must hold, else EPERM. The kernel reads these arguments as
+        # 32-bit ints, so the low half of each 64-bit slot is what it sees.
+        block = []
+        for argument, value in rule:
+            block += [(_LD_W_ABS, 0, 0, _ARGS + 8 * argument), (_JEQ_K, 0, "ret_perm", value)]
+        blocks[label] = block + [(_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    guard, group = GUARD_PLACEHOLDER, (-GUARD_PLACEHOLDER) & 0xFFFF_FFFF
+    blocks["fcntl"] = (
+        [(_LD_W_ABS, 0, 0, _ARGS + 8)]  # args[1]: the command
+        + [(_JEQ_K, "ret_perm", 0, command) for command in (*REFUSED_FCNTL, F_SETOWN_EX)]
+        + [(_JEQ_K, 0, "ret_allow", F_SETOWN), (_LD_W_ABS, 0, 0, _ARGS + 16)]  # F_SETOWN's args[2]: pid or -pgid
+        + [(_JEQ_K, "ret_perm", 0, guard), (_JEQ_K, "ret_perm", 0, group), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    )
+    blocks["kill"] = [
+        (_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_JEQ_K, "ret_perm", 0, group),
+        (_JEQ_K, "ret_perm", 0, 0xFFFF_FFFF), (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+    blocks["not_guarded"] = [(_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    blocks["ioctl"] = [
+        (_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, FIOSETOWN), (_JEQ_K, "ret_perm", 0, SIOCSPGRP),
+        (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+    blocks.update({
         "socket": [
             (_LD_W_ABS, 0, 0, _ARGS),  # low 32 bits of args[0]: the kernel reads `int family`
             (_JEQ_K, "ret_allow", 0, AF_UNIX), (_JEQ_K, "ret_allow", 0, AF_INET), (_JEQ_K, "ret_allow", 0, AF_INET6),
@@ -119,7 +214,7 @@ def filter_program(machine: str | None = None) -> bytes:
         "ret_allow": [(_RET_K, 0, 0, SECCOMP_RET_ALLOW)],
         "ret_perm": [(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM)],
         "ret_nosys": [(_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS)],
-    }
+    })
     positions = {}
     for label, block in blocks.items():
         positions[label] = len(code)
@@ -131,3 +226,18 @@ def filter_program(machine: str | None = None) -> bytes:
             raise AssertionError("seccomp filter jump out of range")
         out.append(_insn(opcode, jt, jf, k))
     return b"".join(out)
+
+
+
+def guard_sites(program: bytes) -> list[tuple[int, bool]]:
+    """Where `program` (from `filter_program`) compares with GUARD_PLACEHOLDER: (byte offset
+    of the constant, whether it is the negated form, a process group). The job process
+    writes its own PID (or its negation) there before installing the filter."""
+    negated = (-GUARD_PLACEHOLDER) & 0xFFFF_FFFF
+    sites = []
+    for at in range(0, len(program), 8):
+        if program[at : at + 2] == _JEQ_K.to_bytes(2, "little"):
+            k = int.from_bytes(program[at + 4 : at + 8], "little")
+            if k in (GUARD_PLACEHOLDER, negated):
+                sites.append((at + 4, k == negated))
+    return sites

@@ -17,28 +17,23 @@ rest of the machine.
 
 from __future__ import annotations
 
-import os
-import select
 import subprocess
 import tempfile
 import threading
-import time
 
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.runner import (
     Case,
-    ExecResult,
     Sandbox,
-    FrameReader,
     SandboxError,
-    _Report,
     collect,
     job_blob,
+    judged_reader,
     kill_group,
+    payload_bytes,
+    read_report,
     run_deadline,
 )
-
-READ_CHUNK = 1 << 20
 
 
 class SandboxWorker:
@@ -64,10 +59,11 @@ class SandboxWorker:
         self._lock = threading.Lock()
 
     def run_cases(
-        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False
-    ) -> list[ExecResult]:
-        """Like `Sandbox.run_cases`, in this worker's sandbox (started on first use, and
-        again after it retired)."""
+        self, source: str, cases: list[Case], limits: Limits | None = None, *, stop_on_timeout: bool = False,
+        judge=None,
+    ) -> list:
+        """Like `Sandbox.run_cases` (`judge` included), in this worker's sandbox (started on
+        first use, and again after it retired)."""
         limits = Limits() if limits is None else limits
         if not isinstance(source, str):
             raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
@@ -75,14 +71,14 @@ class SandboxWorker:
         if not cases:
             return []
         if limits.tmp_bytes != self.tmp_bytes:
-            return self.sandbox.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout)
+            return self.sandbox.run_cases(source, cases, limits, stop_on_timeout=stop_on_timeout, judge=judge)
         blob = job_blob(self._isolation, self._launch, source, cases, limits, stop_on_timeout)
         with self._lock:
-            return self._exchange(blob, cases, limits)
+            return self._exchange(blob, cases, limits, judge)
 
-    def _start(self, limits: Limits) -> None:
+    def _start(self, limits: Limits, payload: int) -> None:
         self._stderr = tempfile.TemporaryFile()  # never blocks the driver, read on failure
-        self._cgroup = self.sandbox.new_cgroup(limits)
+        self._cgroup = self.sandbox.new_cgroup(limits, payload)
         argv = self._launch.argv if self._cgroup is None else self._cgroup.wrap(self._launch.argv)
         try:
             self._process = subprocess.Popen(
@@ -94,21 +90,23 @@ class SandboxWorker:
             raise SandboxError(f"cannot start {argv[0]}: {err}") from err
         self.started += 1
 
-    def _exchange(self, blob: bytes, cases: list[Case], limits: Limits) -> list[ExecResult]:
+    def _exchange(self, blob: bytes, cases: list[Case], limits: Limits, judge) -> list:
+        payload = payload_bytes(blob)
         for attempt in range(2):
             fresh = self._process is None or self._process.poll() is not None
             if not fresh and self._cgroup is not None:
                 try:
-                    self._cgroup.apply(limits)
+                    self._cgroup.apply(limits, payload)
                 except OSError:
                     fresh = True  # e.g. a lower memory bound than the sandbox now holds: start anew
             if fresh:
                 self._stop()
-                self._start(limits)
+                self._start(limits, payload)
             # A fresh sandbox first gets the driver's code (see isolation._BOOTSTRAP).
             sent = self._send((self._launch.stdin_prefix if fresh else b"") + blob)
             if sent:
-                report, timed_out, ended = self._read_report(run_deadline(cases, limits), len(cases))
+                reader = judged_reader(cases, limits, judge)
+                report, timed_out, ended = read_report(self._process.stdout.fileno(), run_deadline(cases, limits), reader)
             if not sent or (not report.started and not fresh):
                 # The sandbox ended between two jobs (killed from outside): start a new one
                 # and send the job again, once.
@@ -119,7 +117,7 @@ class SandboxWorker:
             stderr = b""
             if timed_out or ended or not report.done or report.retiring:
                 stderr = self._stop()
-            return collect(report, cases, limits, timed_out, stderr, None)
+            return collect(report, cases, limits, timed_out, stderr, None, judge)
         raise AssertionError("unreachable")
 
     def _send(self, data: bytes) -> bool:
@@ -129,27 +127,6 @@ class SandboxWorker:
             return True
         except OSError:
             return False
-
-    def _read_report(self, deadline: float, count: int) -> tuple[_Report, bool, bool]:
-        """(the driver's report of one job, harness deadline passed?, driver ended?). Each
-        byte is parsed once, as it arrives; a void report ends the reading at once."""
-        fd = self._process.stdout.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP)
-        until = time.monotonic() + deadline
-        reader = FrameReader(count)
-        while True:
-            left = until - time.monotonic()
-            if left <= 0:
-                return reader.report(), True, False
-            if not poller.poll(int(left * 1000) + 1):
-                continue
-            chunk = os.read(fd, READ_CHUNK)
-            if not chunk:
-                return reader.report(), False, True
-            if reader.feed(chunk):
-                # A void report means the driver cannot be trusted: end the sandbox.
-                return reader.report(), False, reader.void
 
     def _stop(self) -> bytes:
         """End the sandbox now; its stderr (driver or bwrap diagnostics)."""
