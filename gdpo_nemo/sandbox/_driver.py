@@ -802,9 +802,13 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     # program moved, retires ("DONE 1").
     clean = _wipe(work_dir, mode) and not (pid_namespace and _leftovers())
     if pid_namespace and clean:
-        # Each case's process wrote one main.py; any other file moved tmpfs's inode counter,
-        # which the next program would read in its own main.py's inode number.
-        clean = first_inode is not None and _probe_inode(work_dir) == first_inode + forked + 1
+        # Each case's process wrote one main.py, and a case not run (compile error, stop after
+        # a timeout) is made up with one probe, so tmpfs's inode counter moved by one per case
+        # (plus the probes). A program that made any other file moved it further, and the next
+        # program would read that in its own main.py's inode number: the sandbox retires.
+        for _ in range(len(header["kinds"]) - forked):
+            _probe_inode(work_dir)
+        clean = first_inode is not None and _probe_inode(work_dir) == first_inode + len(header["kinds"]) + 1
     if pid_namespace and clean:
         clean = _settle_pid_counter(first_pid, len(header["kinds"]))
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
