@@ -16,7 +16,9 @@ alternating rounds so that load from other users of the machine hits both alike.
 Printed: runs per second of each (median over rounds, and the best round), and the cost of
 isolation as sandbox time / baseline time. A second table does the same for programs with
 10 test cases each, where the sandbox runs all cases of a program in one invocation and the
-baseline starts one subprocess per case. Targets (issues 3 and 15): at least 100 isolated
+baseline starts one subprocess per case. A third times one program on a big test set (400
+cases of 64 KiB) against the same program on 1-byte inputs: the ratio shows whether a case
+pays for its own input only (issue 23) or for the whole test set. Targets (issues 3 and 15): at least 100 isolated
 runs of a trivial program per second on a 2-core machine with reused sandboxes, and
 isolation costing under 2x the baseline.
 
@@ -93,11 +95,46 @@ def compare(label: str, programs: int, cases: int, rounds: int, workers: int, sa
         print(f"{'isolation cost, ' + names[key][9:] + ' (x baseline)':<40}{statistics.median(ratios):>9.2f}x{min(ratios):>9.2f}x")
 
 
+BIG_PROGRAM = "import sys\nprint(len(sys.stdin.buffer.read()))\n"
+
+
+def big_test_set(cases: int, case_bytes: int, rounds: int, sandbox: Sandbox) -> None:
+    """One program on `cases` inputs of `case_bytes` each, in a reused sandbox, against the
+    same program on as many one-byte inputs and against one plain subprocess per case: a
+    payload read once per case (issue 23) makes the big set cost cases x the whole payload."""
+    limits = Limits(cpu_seconds=5, wall_seconds=20)
+    big = [Case(stdin="x" * (case_bytes - 1) + "\n") for _ in range(cases)]
+    small = [Case(stdin="\n") for _ in range(cases)]
+    times: dict[str, list[float]] = {"big": [], "small": [], "baseline": []}
+    with SandboxPool(1, sandbox=sandbox, limits=limits) as pool:
+        pool.run_many([(BIG_PROGRAM, small[:2])])  # warm-up
+        for _ in range(rounds):
+            for key, job in (("big", big), ("small", small)):
+                start = time.perf_counter()
+                [results] = pool.run_many([(BIG_PROGRAM, job)])
+                times[key].append(time.perf_counter() - start)
+                expected = f"{len(job[0].stdin)}\n"
+                if any(r.status != "ok" or r.stdout != expected for r in results):
+                    raise SystemExit(f"sandbox produced a wrong result on the big test set: {results[0]}")
+            start = time.perf_counter()
+            for case in big:
+                baseline_run(sandbox.python, BIG_PROGRAM, case.stdin)
+            times["baseline"].append(time.perf_counter() - start)
+    print(f"\nbig test set: 1 program x {cases} cases of {case_bytes >> 10} KiB ({cases * case_bytes >> 20} MiB), 1 worker, {rounds} rounds")
+    print(f"{'':<40}{'median':>10}{'best':>10}")
+    for key, name in (("big", "sandbox, reused, big inputs (s)"), ("small", "sandbox, reused, 1-byte inputs (s)"),
+                      ("baseline", "baseline, big inputs (s)")):
+        print(f"{name:<40}{statistics.median(times[key]):>10.3f}{min(times[key]):>10.3f}")
+    ratio = [b / s for b, s in zip(times["big"], times["small"])]
+    print(f"{'big / 1-byte inputs (x)':<40}{statistics.median(ratio):>9.2f}x{min(ratio):>9.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", type=int, default=300, help="programs per round (default 300)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating baseline/sandbox rounds (default 5)")
     parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: 2 per CPU)")
+    parser.add_argument("--big-cases", type=int, default=400, help="cases of 64 KiB in the big test set (default 400)")
     args = parser.parse_args()
     workers = args.workers or default_workers()
     sandbox = Sandbox()
@@ -107,6 +144,7 @@ def main() -> None:
     )
     compare("trivial program, 1 case", args.programs, 1, args.rounds, workers, sandbox)
     compare("trivial program, 10 cases", max(1, args.programs // 10), 10, args.rounds, workers, sandbox)
+    big_test_set(args.big_cases, 64 << 10, args.rounds, sandbox)
 
 
 if __name__ == "__main__":

@@ -14,27 +14,37 @@ Protocol (all on the driver's own file descriptors; the program under test never
   {"main_path": str, "kinds": [kind per case], "cpu_seconds": int, "wall_seconds": float,
    "memory_bytes": int, "max_processes": int | None, "max_file_bytes": int,
    "max_output_bytes": int, "max_run_output_bytes": int, "pid_namespace": bool,
-   "stop_on_timeout": bool, "seccomp": bytes (a BPF filter, b"" for none)}
-  then an 8-byte length and the payload: a marshal blob {"source": str, "cases":
-  [(kind, stdin_bytes, name, args, expressions)]}. kind is "stdio" (feed stdin, keep
-  stdout), "call" (run the program, then call `name(*args)` and record the JSON of the
-  return value) or "eval" (run the program, then evaluate each of `expressions` in its
-  namespace and record their values, encoded by `_encode`). End of input ends the driver.
+   "stop_on_timeout": bool, "seccomp": bytes (a BPF filter, b"" for none),
+   "guard_sites": [(byte offset, negated)] (where the filter compares with a PID to guard),
+   "source": (offset, size), "layout": [(call_offset, call_size, stdin_offset, stdin_size)
+   per case]}
+  then an 8-byte length and the payload: the source (UTF-8), then per case a marshal blob
+  (name, args, expressions) and its raw stdin, where the header says. kind is "stdio" (feed
+  stdin, keep stdout), "call" (run the program, then call `name(*args)` and record the JSON
+  of the return value) or "eval" (run the program, then evaluate each of `expressions` in
+  its namespace and record their values, encoded by `_encode`). End of input ends the driver.
 - stdout, per job: b"READY <protected 0|1>\n", then per case one header line
-  b"CASE <index> <term> <number> <cpu_s> <wall_s> <out_total> <err_total> <len_out> <len_err> <len_val> <strays>\n"
+  b"CASE <index> <term> <number> <cpu_s> <wall_s> <out_total> <err_total> <value_total> <len_out> <len_err> <len_val> <strays>\n"
   followed by the kept stdout, stderr and value bytes; finally b"DONE <retiring 0|1>\n".
   term: "exit" (number = exit code), "signal" (number = signal), "wall" (killed at the
-  wall-clock limit), "cpu" (SIGXCPU, or the case's processes together used more CPU time
+  wall-clock limit, or the case and its cleanup together took longer), "cpu" (SIGXCPU, or
+  the case's processes together, with the cleanup of /tmp after them, used more CPU time
   than allowed; number = exit code, or minus the signal),
   "compile" (the program did not compile; stderr says why), "setup" (the driver could not
   prepare the case: a sandbox failure), "skipped" (not run: an earlier case timed out and
-  the job asked to stop there). Retiring: the driver exits after this job because the
-  program left something it cannot clean.
+  the job asked to stop there). Retiring: the harness should end this sandbox, because the
+  program left something that cannot be cleaned or moved a counter the next would read.
+
+Who does what: PID 1 reads each job and forks a job process for it, which writes the
+report, runs the cases and exits; PID 1 ignores SIGCHLD so that the kernel reaps job
+processes without adding their counters (faults, CPU time) to PID 1's, which every program
+can read in /proc/1/stat. The job process is the program's subreaper (orphans come back to
+it, not to PID 1), and the seccomp filter refuses signals aimed at it.
 
 Why one program sees nothing of another: the driver never holds a job's payload or a
 program's output in its own memory. The payload goes from stdin into a memfd through a
-buffer that is zeroed afterwards; each case's process is forked from the driver (whose
-memory holds only headers) and reads the payload itself; outputs go from the case's memfds
+buffer that is zeroed afterwards; each case's process is forked from the job process (whose
+memory holds only headers) and reads its own part of the payload itself; outputs go from the case's memfds
 to the harness with sendfile. So a forked program inherits nothing of earlier jobs.
 
 Why the program cannot forge these frames: the driver makes itself non-dumpable
@@ -714,7 +724,10 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     for at, negated in header["guard_sites"]:
         program[at : at + 4] = ((-me if negated else me) & 0xFFFFFFFF).to_bytes(4, "little")
     kernel.prepare_filter(bytes(program))
-    os.setpgid(0, 0)  # a process group of its own, so that -PID names only it
+    if pid_namespace:
+        # A process group of its own, so that -PID names only it. (Unisolated, it stays in
+        # the driver's group, which the harness kills when it gives up on the run.)
+        os.setpgid(0, 0)
     if "call" in header["kinds"] or "eval" in header["kinds"]:
         import json  # noqa: F401  (loaded once here, inherited by every forked child)
     if "call" in header["kinds"]:

@@ -31,12 +31,14 @@ class Limits:
     max_file_bytes: largest file the program may write, stdout and stderr included
         (RLIMIT_FSIZE). Default 16 MiB.
     max_output_bytes: bytes of stdout and of a returned value kept per test case and sent
-        back to the harness; the rest is dropped and flagged as truncated (stderr keeps at
-        most 64 KiB: it only serves diagnostics). Default 8 MiB, above the largest expected
-        outputs of APPS/CodeContests/TACO.
-    max_run_output_bytes: bytes kept over all test cases of one run together; cases past the
-        budget come back cut. Default 64 MiB: with `workers` runs at once, the harness holds
-        at most `workers` times this much.
+        back to the harness; the rest is dropped, flagged as truncated, and the case is an
+        `output_limit` (stderr keeps at most 64 KiB: it only serves diagnostics, and is never
+        a limit). Default 8 MiB, above the largest expected outputs of APPS/CodeContests/TACO.
+    max_run_output_bytes: bytes sent back over all test cases of one run together; cases
+        past the budget come back cut. Default 64 MiB. A caller that judges cases as they
+        arrive (`run_many(..., judge=...)`, as the coding rewards do) holds one case's output
+        per worker at a time; one that asks for every ExecResult holds up to this much per
+        program it keeps.
     tmp_bytes: size of the private, memory-backed /tmp that is the program's working
         directory and $HOME (bubblewrap backend only). Default 64 MiB.
     """

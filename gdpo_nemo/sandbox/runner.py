@@ -15,10 +15,11 @@ Status of a case (`ExecResult.status`):
 - "error": a runtime error: non-zero exit status (an uncaught exception exits 1) or a crash
   signal (SIGSEGV on runaway recursion, ...).
 - "compile_error": the source does not compile (SyntaxError, NUL bytes, ...).
-- "timeout": the CPU limit (SIGXCPU, or SIGKILL past it, or the case's processes together
-  past it) or the wall-clock limit was hit.
+- "timeout": the CPU limit (SIGXCPU, or SIGKILL past it, or the case's processes together,
+  with the cleanup of the files they left, past it) or the wall-clock limit was hit.
 - "memory_limit": the program died with a MemoryError (the address-space limit).
-- "output_limit": stdout or stderr reached `max_file_bytes`.
+- "output_limit": stdout or stderr reached `max_file_bytes`, or stdout (or a returned
+  value) was longer than the `max_output_bytes` the harness keeps.
 - "stray_process": the program exited 0 but left processes running (a daemon); they were
   killed.
 - "skipped": not run, because an earlier case timed out and the run was asked to stop at

@@ -106,7 +106,11 @@ class SandboxWorker:
             sent = self._send((self._launch.stdin_prefix if fresh else b"") + blob)
             if sent:
                 reader = judged_reader(cases, limits, judge)
-                report, timed_out, ended = read_report(self._process.stdout.fileno(), run_deadline(cases, limits), reader)
+                try:
+                    report, timed_out, ended = read_report(self._process.stdout.fileno(), run_deadline(cases, limits), reader)
+                except BaseException:
+                    self._stop()  # `judge` raised (or we were interrupted): the report was left half read
+                    raise
             if not sent or (not report.started and not fresh):
                 # The sandbox ended between two jobs (killed from outside): start a new one
                 # and send the job again, once.
