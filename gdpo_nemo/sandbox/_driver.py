@@ -149,6 +149,15 @@ class _Kernel:
             fprog = (len(program) // 8).to_bytes(8, "little") + self._addressof(code).to_bytes(8, "little")
             self._fprog = (code, self._buffer(fprog))
 
+    def guard(self, sites, pid):
+        """Write `pid` (or its negation) at the byte offsets `sites` of the prepared filter,
+        where it compares with a placeholder (seccomp.guard_sites)."""
+        if self._fprog is None:
+            return
+        code = self._fprog[0]
+        for at, negated in sites:
+            code[at : at + 4] = ((-pid if negated else pid) & 0xFFFFFFFF).to_bytes(4, "little")
+
     def install_filter(self):
         """Put the prepared filter on this process (and all it starts); True when done."""
         if self._fprog is None:
@@ -718,20 +727,13 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     budget = header["max_run_output_bytes"]
     pid_namespace = header["pid_namespace"] and os.getppid() == 1
     work_dir = header["main_path"].rpartition("/")[0] or "/"
-    # The filter refuses signals to this process: the placeholder becomes its PID.
-    program = bytearray(header["seccomp"])
-    me = os.getpid()
-    for at, negated in header["guard_sites"]:
-        program[at : at + 4] = ((-me if negated else me) & 0xFFFFFFFF).to_bytes(4, "little")
-    kernel.prepare_filter(bytes(program))
+    # The filter (prepared by PID 1) refuses signals to this process: its placeholder
+    # becomes this PID.
+    kernel.guard(header["guard_sites"], os.getpid())
     if pid_namespace:
         # A process group of its own, so that -PID names only it. (Unisolated, it stays in
         # the driver's group, which the harness kills when it gives up on the run.)
         os.setpgid(0, 0)
-    if "call" in header["kinds"] or "eval" in header["kinds"]:
-        import json  # noqa: F401  (loaded once here, inherited by every forked child)
-    if "call" in header["kinds"]:
-        import typing  # noqa: F401
     compile_error = -1  # the stderr memfd of the case that found the program does not compile
     stopped = False
     # The job process was the last PID handed out, and its probe the last inode made in /tmp.
@@ -863,6 +865,15 @@ def main():
         if payload_fd is None:
             return
         header = marshal.loads(blob)
+        # Modules the job's processes need are loaded here, once for the sandbox's life
+        # (the job process would load them again for every program), and inherited.
+        import select  # noqa: F401  (_wait)
+
+        if "call" in header["kinds"] or "eval" in header["kinds"]:
+            import json  # noqa: F401
+        if "call" in header["kinds"]:
+            import typing  # noqa: F401
+        kernel.prepare_filter(header["seccomp"])
         if mode is None:
             mode = os.stat(header["main_path"].rpartition("/")[0] or "/").st_mode & 0o7777
         pid = os.fork()
