@@ -35,16 +35,20 @@ def worker(sandbox):
 
 # --- 1. no program changes or reads the state of a process outside its case ----------------
 
-# Every call aims at PID 1 (the driver) or the program's parent (the job process).
-TOUCHES_THE_DRIVER = """
-import ctypes, os, resource
-libc = ctypes.CDLL(None, use_errno=True)
+# Hostile programs below print, per call, "<name> done" or "<name> <errno>".
+ATTEMPT = """
 def attempt(name, call):
     try:
         call()
         print(name, 'done')
     except OSError as error:
         print(name, error.errno)
+"""
+
+# Every call aims at PID 1 (the driver) or the program's parent (the job process).
+TOUCHES_THE_DRIVER = ATTEMPT + """
+import ctypes, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
 for pid in (1, os.getppid()):
     attempt('prlimit nofile', lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (64, 64)))
     attempt('prlimit data', lambda: resource.prlimit(pid, resource.RLIMIT_DATA, (64 << 20, 64 << 20)))
@@ -164,17 +168,11 @@ def test_the_next_program_cannot_learn_from_tmpfs_numbering_what_an_earlier_prog
 
 # --- 3. no locks or watches on shared host files; 4. no host-wide AIO ---------------------
 
-SHARED_FILE_CALLS = """
+SHARED_FILE_CALLS = ATTEMPT + """
 import ctypes, fcntl, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 shared = os.open(os.__file__, os.O_RDONLY)  # the same inode in every sandbox
 own = os.open('own', os.O_RDWR | os.O_CREAT)
-def attempt(name, call):
-    try:
-        call()
-        print(name, 'done')
-    except OSError as error:
-        print(name, error.errno)
 lock = struct.pack('hhqqi', fcntl.F_RDLCK, 0, 0, 0, 0)
 attempt('flock', lambda: fcntl.flock(shared, fcntl.LOCK_SH | fcntl.LOCK_NB))
 attempt('F_SETLK', lambda: fcntl.fcntl(shared, fcntl.F_SETLK, lock))
@@ -340,3 +338,29 @@ def test_judged_results_match_the_results_and_a_failing_judge_leaves_the_worker_
     with SandboxPool(workers=2, sandbox=sandbox, limits=SMALL) as pool:
         verdicts = pool.run_many([(source, cases)] * 3, judge=lambda job, index, result: (job, index, result.ok))
     assert verdicts == [[(job, 0, True), (job, 1, False), (job, 2, True)] for job in range(3)]
+
+
+SIGNALS_THE_JOB_PROCESS = ATTEMPT + """
+import fcntl, os, signal
+parent = os.getppid()
+attempt('setpgid into its group', lambda: os.setpgid(0, parent))
+attempt('kill', lambda: os.kill(parent, signal.SIGSTOP))
+attempt('kill its group', lambda: os.kill(-parent, signal.SIGSTOP))
+attempt('kill every process', lambda: os.kill(-1, signal.SIGSTOP))
+attempt('pidfd_open', lambda: os.pidfd_open(parent))
+directory = os.open(f'/proc/{parent}', os.O_RDONLY | os.O_DIRECTORY)
+attempt('pidfd_send_signal on /proc/<pid>', lambda: signal.pidfd_send_signal(directory, signal.SIGSTOP))
+reader, writer = os.pipe()
+attempt('F_SETOWN', lambda: fcntl.fcntl(reader, fcntl.F_SETOWN, parent))
+attempt('F_SETOWN its group', lambda: fcntl.fcntl(reader, fcntl.F_SETOWN, -parent))
+attempt('kill(0) stays in its own group', lambda: os.kill(0, 0))
+"""
+
+
+def test_no_program_can_signal_or_stop_its_job_process(worker):
+    results = worker.run_cases(SIGNALS_THE_JOB_PROCESS, [Case(), Case()], SMALL)
+    refused = ["setpgid into its group", "kill", "kill its group", "kill every process", "pidfd_open",
+               "pidfd_send_signal on /proc/<pid>", "F_SETOWN", "F_SETOWN its group"]
+    expected = "".join(f"{name} {errno.EPERM}\n" for name in refused) + "kill(0) stays in its own group done\n"
+    assert [(r.status, r.stdout) for r in results] == [("ok", expected)] * 2
+    assert [r.status for r in worker.run_cases("print(1)", [Case()], SMALL)] == ["ok"]

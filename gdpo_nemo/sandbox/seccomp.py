@@ -35,8 +35,10 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
 - signals to the job process (the driver's child that runs this program's cases; it holds
   the report channel and reaps the program's processes): `kill`, `tkill`, `tgkill`,
   `rt_sigqueueinfo`, `rt_tgsigqueueinfo`, `pidfd_open` aimed at its PID (or, for `kill`, its
-  process group or -1, "every process"); `fcntl(F_SETOWN)` naming it, `F_SETOWN_EX` and the
-  `ioctl`s FIOSETOWN / SIOCSPGRP (whose target the filter cannot read). The filter is built
+  process group or -1, "every process"); `setpgid` into its process group (from where
+  `kill(0)` would reach it); `fcntl(F_SETOWN)` naming it, `F_SETOWN_EX`, the `ioctl`s
+  FIOSETOWN / SIOCSPGRP and `pidfd_send_signal` (whose targets the filter cannot read: a
+  /proc/<pid> directory is a pidfd too). The filter is built
   with a placeholder (`GUARD_PLACEHOLDER`) that the job process replaces with its own PID
   (at `guard_sites`). A program may still signal its own processes; PID 1 ignores what it sends.
 - locks, leases and watches on files (`flock`; `fcntl` with F_GETLK/F_SETLK/F_SETLKW, their
@@ -75,7 +77,7 @@ AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 _COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them so)
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438,
-    "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
+    "pidfd_send_signal": 424, "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
     "file_setattr": 469,
 }
 # Calls allowed only in the forms that act on the caller itself (see the module docstring).
@@ -105,8 +107,8 @@ RULES = {
 # placeholder, which `guard` replaces with the job process's PID.
 GUARD_PLACEHOLDER = 0x5A5A_A5A5
 _SIGNALLING_COMMON = {"pidfd_open": 434}
-_SIGNALLING_X86_64 = {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "ioctl": 16}
-_SIGNALLING_AARCH64 = {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "ioctl": 29}
+_SIGNALLING_X86_64 = {"setpgid": 109, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "ioctl": 16}
+_SIGNALLING_AARCH64 = {"setpgid": 154, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "ioctl": 29}
 F_SETOWN, F_SETOWN_EX = 8, 15
 FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 # fcntl commands refused: record locks (classic and open-file-description), leases, dnotify.
@@ -175,6 +177,7 @@ def filter_program(machine: str | None = None) -> bytes:
     code.append((_JEQ_K, "kill", 0, table["kill"]))
     code += [(_JEQ_K, "not_guarded", 0, table[name]) for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")]
     code.append((_JEQ_K, "ioctl", 0, table["ioctl"]))
+    code.append((_JEQ_K, "setpgid", 0, table["setpgid"]))
     rule_blocks: dict[tuple, str] = {}
     for name in CONDITIONAL:
         if name in RULES:
@@ -200,6 +203,7 @@ def filter_program(machine: str | None = None) -> bytes:
         (_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_JEQ_K, "ret_perm", 0, group),
         (_JEQ_K, "ret_perm", 0, 0xFFFF_FFFF), (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
     ]
+    blocks["setpgid"] = [(_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     blocks["not_guarded"] = [(_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     blocks["ioctl"] = [
         (_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, FIOSETOWN), (_JEQ_K, "ret_perm", 0, SIOCSPGRP),
