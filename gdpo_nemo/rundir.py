@@ -12,9 +12,15 @@ place:
       wandb_id                    WANDB_ID_FILE: the W&B run id, so a resumed run continues it
       eval/<benchmark>/step_<N>.json   EVAL_DIR: `gdpo-nemo eval` results (`eval_file`)
       DONE                        DONE_FILE: the run finished all its steps (`mark_done`, `is_done`)
+      replaced/<time>/            REPLACED_DIR: an earlier run in this dir, moved here by --overwrite
+      metrics.after-step<N>.<time>.jsonl   records past the checkpoint a run resumed from
 
 A NeMo RL log dir inside a run dir may also hold ``tensorboard/`` (TENSORBOARD_DIR) and
 ``train_data_step<N>.jsonl`` files; the analysis reads those (gdpo_nemo.analysis.sources).
+
+Nothing here deletes or truncates a run's data: starting over moves the earlier run into
+``replaced/<time>/`` (`move_aside`), and a resume sets the records past its checkpoint
+aside in their own file (`split_metrics`); the analysis reads neither.
 
 Torn files: a run killed mid-write can leave the last line of ``metrics.jsonl`` half
 written. `read_metrics_file` skips any line that is not a whole record and keeps reading,
@@ -40,8 +46,9 @@ WANDB_DIR = "wandb"
 WANDB_ID_FILE = "wandb_id"
 EVAL_DIR = "eval"
 TENSORBOARD_DIR = "tensorboard"
+REPLACED_DIR = "replaced"
 # Folders of a run dir that hold no run of their own: the analysis does not descend into them.
-NON_RUN_DIRS = (CHECKPOINTS_DIR, WANDB_DIR, EVAL_DIR)
+NON_RUN_DIRS = (CHECKPOINTS_DIR, WANDB_DIR, EVAL_DIR, REPLACED_DIR)
 STEP_DIR = re.compile(r"^step_(\d+)$")  # checkpoints/step_<N>, eval/bfcl/step_<N>
 
 
@@ -147,6 +154,19 @@ def read_config(run_dir) -> dict | None:
 # ---- metrics.jsonl -------------------------------------------------------------------
 
 
+def parse_metrics_line(line: str) -> tuple[dict | None, str]:
+    """(the record, "") of one line of a metrics.jsonl, or (None, why it is not one): a JSON
+    object with a finite numeric ``"step"``."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None, f"not JSON: {line.strip()[:60]!r}"
+    step = record.get("step") if isinstance(record, dict) else None
+    if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
+        return record, ""
+    return None, "no numeric 'step'"
+
+
 def read_metrics_file(path, bad_lines: list | None = None) -> list[dict]:
     """The records of a `metrics.jsonl` file, in file order: the one reader of the format.
 
@@ -158,20 +178,12 @@ def read_metrics_file(path, bad_lines: list | None = None) -> list[dict]:
     records = []
     with open(path) as handle:
         for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
+            if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                reason = f"not JSON: {line[:60]!r}"
-            else:
-                step = record.get("step") if isinstance(record, dict) else None
-                if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
-                    records.append(record)
-                    continue
-                reason = "no numeric 'step'"
-            if bad_lines is not None:
+            record, reason = parse_metrics_line(line)
+            if record is not None:
+                records.append(record)
+            elif bad_lines is not None:
                 bad_lines.append((number, reason))
     return records
 
@@ -182,17 +194,76 @@ def read_metrics(run_dir) -> list[dict]:
     return read_metrics_file(path) if path.exists() else []
 
 
-def truncate_metrics(run_dir, last_step: int) -> int:
-    """Keep only the records of `metrics.jsonl` with step <= `last_step`; returns how many
-    were kept. The file is rewritten through a temporary file and an atomic rename."""
+def _stamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
+
+
+def split_metrics(run_dir, last_step: int) -> Path | None:
+    """Keep in `metrics.jsonl` only the records with step <= `last_step` (a run resuming from
+    that checkpoint logs the later steps again) and move the others, unread lines included,
+    into ``metrics.after-step<last_step>.<time>.jsonl`` beside it, never deleting any. Both
+    files are written through temporary files and atomic renames. Returns the set-aside
+    file, or None when nothing was past `last_step`."""
     path = metrics_path(run_dir)
-    kept = [r for r in read_metrics(run_dir) if int(r.get("step", -1)) <= last_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w") as handle:
-        for record in kept:
-            handle.write(json.dumps(record) + "\n")
-    os.replace(tmp, path)
-    return len(kept)
+    if not path.exists():
+        return None
+    kept, later = [], []
+    with open(path) as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            record, _ = parse_metrics_line(line)
+            (kept if record is not None and record["step"] <= last_step else later).append(line.rstrip("\n") + "\n")
+    if not later:
+        return None
+    aside = path.with_name(f"metrics.after-step{last_step}.{_stamp()}.jsonl")
+    for target, lines in ((aside, later), (path, kept)):
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "w") as handle:
+            handle.writelines(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    return aside
+
+
+def run_dir_contents(run_dir) -> list[str]:
+    """The names in `run_dir` ([] when it does not exist or is empty)."""
+    folder = Path(run_dir)
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def move_aside(run_dir, names=None) -> Path:
+    """Move everything in `run_dir` (an earlier run), or only the entries `names`, into
+    ``<run_dir>/replaced/<time>/`` so that a new run starts afresh and nothing is lost.
+    Returns that folder."""
+    folder = Path(run_dir)
+    target = folder / REPLACED_DIR / _stamp()
+    target.mkdir(parents=True)
+    for name in run_dir_contents(folder) if names is None else names:
+        if name != REPLACED_DIR and (folder / name).exists():
+            os.replace(folder / name, target / name)
+    return target
+
+
+def describe_run_dir(run_dir) -> str:
+    """One line on what a run dir holds: its metrics' steps, checkpoints and DONE."""
+    parts = []
+    records = read_metrics(run_dir) if metrics_path(run_dir).exists() else []
+    if records:
+        steps = [int(r["step"]) for r in records]
+        parts.append(f"metrics.jsonl with steps {min(steps)}..{max(steps)}")
+    saved = checkpoint_steps(checkpoints_dir(run_dir))
+    if saved:
+        parts.append(f"checkpoints step_{saved[0][0]}..step_{saved[-1][0]}")
+    if is_done(run_dir):
+        parts.append("DONE")
+    others = [n for n in run_dir_contents(run_dir) if n not in (METRICS_FILE, CHECKPOINTS_DIR, DONE_FILE)]
+    if others:
+        parts.append(", ".join(others[:6]) + (" ..." if len(others) > 6 else ""))
+    return "; ".join(parts) or "files"
 
 
 # ---- checkpoints/ --------------------------------------------------------------------

@@ -11,8 +11,12 @@ W&B mode (`wandb_mode`):
 - ``disabled`` when ``logger.wandb_enabled`` is false (or ``WANDB_MODE=disabled``).
 The W&B run id is kept in ``<run_dir>/wandb_id`` so a resumed run continues the same W&B run.
 
-Resuming: `Tracker(..., resume_step=N)` first drops every line of `metrics.jsonl` whose step
-is after N (the checkpoint the run resumes from), so steps are never logged twice.
+Resuming: `Tracker(..., resume_step=N)` first moves every line of `metrics.jsonl` whose step
+is after N (the checkpoint the run resumes from) into a file of its own beside it
+(`rundir.split_metrics`), so steps are never logged twice and no record is lost. A fresh
+Tracker never empties an existing `metrics.jsonl`: it moves it into ``replaced/<time>/``
+first (`rundir.move_aside`); the commands refuse a run dir that holds a
+run unless told `--resume` or `--overwrite`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from gdpo_nemo.rundir import WANDB_ID_FILE, metrics_path, truncate_metrics, wandb_dir
+from gdpo_nemo.rundir import METRICS_FILE, WANDB_ID_FILE, metrics_path, move_aside, split_metrics, wandb_dir
 
 
 def wandb_mode(enabled: bool) -> str:
@@ -64,8 +68,9 @@ class Tracker:
         name, group: W&B run name and group (the run id's `.name` and `.group`).
         project, entity: W&B project and entity (`logger.wandb.*`).
         wandb_enabled: `logger.wandb_enabled`.
-        resume_step: when resuming from the checkpoint of step N: keep metrics up to N.
-            None starts a fresh `metrics.jsonl`.
+        resume_step: when resuming from the checkpoint of step N: keep metrics up to N (the
+            rest set aside). None starts a fresh `metrics.jsonl` (an earlier one, with the
+            rest of the earlier run, is moved into ``replaced/<time>/``).
     """
 
     def __init__(self, run_dir, *, config: dict | None = None, name: str = "run", group: str | None = None,
@@ -75,9 +80,11 @@ class Tracker:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = metrics_path(self.run_dir)
         if resume_step is None:
-            self.path.write_text("")
+            if self.path.exists() and self.path.stat().st_size:
+                move_aside(self.run_dir, [METRICS_FILE])
+            self.path.touch()
         else:
-            truncate_metrics(self.run_dir, resume_step)
+            split_metrics(self.run_dir, resume_step)
         self._file = open(self.path, "a")
         self.mode = wandb_mode(wandb_enabled)
         self._wandb_run = None

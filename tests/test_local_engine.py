@@ -9,6 +9,7 @@ between rollouts that stop early and rollouts that do not.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import torch
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config
 from gdpo_nemo.engines.local.trainer import train
-from gdpo_nemo.rundir import read_metrics
+from gdpo_nemo.rundir import read_metrics, read_metrics_file
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "local" / "tiny.yaml"
@@ -285,7 +286,8 @@ def sigkill_then_resume(tmp_path, *extra):
     process.wait(timeout=30)
     assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed_dir / "DONE").exists()
-    assert len(read_metrics(killed_dir)) < 10
+    logged_before_resume = read_metrics(killed_dir)
+    assert len(logged_before_resume) < 10
 
     resumed = subprocess.run(_train_command(killed_dir, *extra, "--resume"), env=env, capture_output=True, text=True,
                              timeout=300)
@@ -294,6 +296,16 @@ def sigkill_then_resume(tmp_path, *extra):
     whole, after = read_metrics(tmp_path / "whole"), read_metrics(killed_dir)
     assert [r["step"] for r in after] == list(range(1, 11))  # no step logged twice
     assert without_timing(after) == without_timing(whole)
+    # What the killed run logged past the checkpoint it resumed from was set aside, not
+    # dropped, and the resumed run logged the same again.
+    resumed_from = int(re.search(r"resumed from .* \(step (\d+)\)", resumed.stdout).group(1))
+    past = [r for r in logged_before_resume if r["step"] > resumed_from]
+    aside = sorted(killed_dir.glob("metrics.after-step*.jsonl"))
+    if past:
+        [aside_file] = aside
+        assert without_timing(read_metrics_file(aside_file)) == without_timing(past) == without_timing(after[resumed_from:len(logged_before_resume)])
+    else:
+        assert aside == []
 
 
 def test_train_command_writes_the_run_dir_under_log_dir_named_by_run_id(tmp_path):

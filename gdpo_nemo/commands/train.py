@@ -1,10 +1,12 @@
 """`gdpo-nemo train`: one local-engine run from a run config.
 
-    gdpo-nemo train --config RUN.yaml [--run-dir DIR] [--resume] [key=value ...]
+    gdpo-nemo train --config RUN.yaml [--run-dir DIR] [--resume | --overwrite] [key=value ...]
 
 Overrides use NeMo RL's (Hydra's) grammar: `grpo.seed=3` changes a key, `+key=value` adds
 one. The run dir defaults to `<logger.log_dir>/<run id>` (docs/interfaces.md, run identity).
-`--resume` continues from the newest checkpoint of the run dir on the same trajectory.
+`--resume` continues from the newest checkpoint of the run dir on the same trajectory;
+`--overwrite` moves an earlier run in the run dir into `replaced/<time>/` and starts again.
+Without either, a run dir that holds files is refused: nothing in it is ever lost.
 The training is gdpo_nemo.engines.local.trainer.train; this module reads the flags.
 """
 
@@ -20,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default=None,
                         help="where config.yaml, metrics.jsonl, checkpoints/ go (default: <logger.log_dir>/<run id>)")
     parser.add_argument("--resume", action="store_true", help="continue from the run dir's newest checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="move an earlier run in the run dir into replaced/<time>/ and start again")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. grpo.max_num_steps=20 gdpo.estimator=grpo")
 
@@ -39,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     config, note = load_run_config(args.config, args.overrides)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
-    result = train(config, run_dir, resume=args.resume, ignored_note=note)
+    result = train(config, run_dir, resume=args.resume, overwrite=args.overwrite, ignored_note=note)
     summary = {k: v for k, v in result.last_metrics.items() if k.startswith(("train/reward", "validation/"))}
     print(f"finished {result.steps} steps in {result.wall_time_s:.0f} s; run dir {result.run_dir}")
     for key, value in summary.items():

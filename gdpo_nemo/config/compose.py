@@ -15,6 +15,7 @@ from gdpo_nemo.config.checks import is_int
 from gdpo_nemo.config.derive import derive, drop_unread_data_paths
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import config_dir, read_with_inheritance, to_plain
+from gdpo_nemo.config.identity import reconcile_algo
 from gdpo_nemo.config.overrides import apply_overrides, override_key
 from gdpo_nemo.config.settings import gdpo_defaults
 from gdpo_nemo.config.validate import validate
@@ -128,9 +129,11 @@ def compose(
     ]
     config = to_plain(hydra_compose(hydra_overrides))
     keep = [override_key(o) for o in overrides]
+    reconcile_algo(config, keep, refuse=False)  # before derive: the run id names the dirs
     derive(config, keep=keep)
     drop_unread_data_paths(config, keep=keep)
     validate(config)
+    reconcile_algo(config, keep)
     return config
 
 
@@ -147,5 +150,8 @@ def load_config_file(path, overrides: Sequence[str] = ()) -> dict:
     if isinstance(config.get("gdpo"), dict):
         defaults = {key: value for key, value in gdpo_defaults().items() if key != "local"}
         config["gdpo"] = {**defaults, **config["gdpo"]}
+    keys = [override_key(o) for o in overrides]
+    reconcile_algo(config, keys, refuse=False)
     validate(config)
+    reconcile_algo(config, keys)
     return config

@@ -32,7 +32,8 @@ from gdpo_nemo.config.checks import Check, anything, boolean, integer, is_int, i
 from gdpo_nemo.config.derive import get_path
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import read_config_file, to_plain
-from gdpo_nemo.config.overrides import apply_overrides
+from gdpo_nemo.config.identity import reconcile_algo
+from gdpo_nemo.config.overrides import apply_overrides, override_key
 from gdpo_nemo.config.settings import GdpoSettings, estimator_check, setting_table
 from gdpo_nemo.config.validate import estimator_option_problems, reward_problems
 
@@ -368,8 +369,15 @@ def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
     """Read a run config YAML (with NeMo RL `defaults:` inheritance), apply overrides in
     Hydra's grammar (gdpo_nemo.config.overrides), resolve interpolations and check it.
     Returns `(config, ignored-keys note)`."""
-    config = apply_overrides(read_config_file(Path(path)), overrides, settable=_in_schema)
-    return check_config(to_plain(config))
+    config = to_plain(apply_overrides(read_config_file(Path(path)), overrides, settable=_in_schema))
+    keys = [override_key(o) for o in overrides]
+    reconcile_algo(config, keys, refuse=False)  # the run's names follow its method (config.identity)
+    checked, note = check_config(config)
+    try:
+        reconcile_algo(checked, keys)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+    return checked, note
 
 
 def resolve_and_check(config: dict) -> tuple[dict, str | None]:

@@ -50,7 +50,9 @@ def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, l
         config, note = load_run_config(config_path, arm_overrides(algo, steps))
         run_dir = out / RunId.from_config(config).name
         print(f"== {label}: {run_dir}")
-        result = train(config, run_dir, ignored_note=note if algo == ARMS[0] else None)
+        # resume: running the quickstart again continues (or, when finished, keeps) its runs
+        # instead of refusing their run dirs; --steps may grow between the two.
+        result = train(config, run_dir, resume=True, ignored_note=note if algo == ARMS[0] else None)
         histories[label] = rundir.read_metrics(run_dir)
         seconds[label] = result.wall_time_s
         names = config["gdpo"]["reward_components"] or [

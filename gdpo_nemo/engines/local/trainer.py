@@ -249,10 +249,26 @@ class TrainState:
         return dev.autocast(self.device, self.config["gdpo"]["local"]["autocast"])
 
 
-def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print) -> tuple[int, Path] | None:
+def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print, overwrite: bool = False) -> tuple[int, Path] | None:
     """Create the run dir, write its config.yaml and clear a stale DONE. With `resume`,
     returns the newest checkpoint `(step, path)` (None: start from step 0) after refusing a
-    config that differs from the saved one in keys that change the trajectory."""
+    config that differs from the saved one in keys that change the trajectory, or a
+    metrics.jsonl that does not belong with the checkpoint.
+
+    A run dir that already holds files is refused unless `resume` (continue it) or
+    `overwrite` (move the earlier run into ``replaced/<time>/`` and start again): nothing in
+    a run dir is ever truncated or deleted."""
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in the run dir, "
+                         "--overwrite moves it aside and starts again; pass one")
+    existing = [name for name in rundir.run_dir_contents(run_dir) if name != rundir.REPLACED_DIR]
+    if existing and not resume:
+        if not overwrite:
+            raise ValueError(f"run dir {run_dir} already holds a run ({rundir.describe_run_dir(run_dir)}): pass --resume "
+                             "to continue it, or --overwrite to move it into "
+                             f"{run_dir / rundir.REPLACED_DIR}/<time>/ and start again (nothing is deleted)")
+        moved = rundir.move_aside(run_dir)
+        log(f"--overwrite: the earlier run in {run_dir} is now in {moved}")
     run_dir.mkdir(parents=True, exist_ok=True)
     latest = ckpt.latest_checkpoint(run_dir) if resume else None
     config_path = rundir.config_path(run_dir)
@@ -263,11 +279,28 @@ def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print) -> tup
         if changed:
             raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
                              " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
+    if latest is not None:
+        _check_metrics_match(run_dir, latest[0])
     if resume and latest is None:
         log(f"--resume: no checkpoint in {rundir.checkpoints_dir(run_dir)}; starting from step 0")
     rundir.write_config(run_dir, config)
     rundir.clear_done(run_dir)
     return latest
+
+
+def _check_metrics_match(run_dir: Path, step: int) -> None:
+    """Refuse to resume from checkpoint `step` when metrics.jsonl cannot be that run's: it
+    must hold every step before the checkpoint (the checkpoint's own record may be missing,
+    when the run was killed between saving and logging). Records after it are set aside by
+    the tracker and logged again."""
+    logged = {int(record["step"]) for record in rundir.read_metrics(run_dir)}
+    missing = sorted(set(range(1, step)) - logged)
+    if missing:
+        raise ValueError(
+            f"--resume: {rundir.metrics_path(run_dir)} lacks step(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} "
+            f"before the newest checkpoint step_{step}: the metrics and the checkpoint are not one run's. Keep this run "
+            f"dir as it is and start a new one (--run-dir), or --overwrite to move it aside"
+        )
 
 
 def _seed_and_pick_device(config: dict) -> torch.device:
@@ -541,20 +574,23 @@ def log_step(state: TrainState, step: int, metrics: dict) -> None:
     state.tracker.log(metrics, step=step)
 
 
-def train(config: dict, run_dir, *, resume: bool = False, ignored_note: str | None = None, log=print) -> RunResult:
+def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = False, ignored_note: str | None = None,
+          log=print) -> RunResult:
     """Run (or resume) one local-engine training run of a checked config.
 
     Args:
         config: a checked run config (`config.load_run_config` / `resolve_and_check`).
         run_dir: where config.yaml, metrics.jsonl, checkpoints/ and wandb/ go.
         resume: continue from the newest checkpoint in `run_dir` (fresh start if none).
+        overwrite: move an earlier run in `run_dir` into ``replaced/<time>/`` and start again
+            (without `resume` or `overwrite`, a run dir that holds files is refused).
         ignored_note: the config checker's line about ignored keys, printed once.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
     if ignored_note:
         log(ignored_note)
-    latest = prepare_run_dir(config, run_dir, resume, log=log)
+    latest = prepare_run_dir(config, run_dir, resume, log=log, overwrite=overwrite)
     state = setup(config, run_dir, latest, log=log)
     progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"])
     metrics: dict = {}

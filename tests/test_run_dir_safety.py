@@ -1,0 +1,116 @@
+"""Issue 24, item 1: a run's data is never lost: no command truncates or mixes a run dir.
+
+Real runs of the local engine (tiny model, CPU) through the `gdpo-nemo train` command:
+finish, rerun, overwrite, resume, and compare every byte that was there before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gdpo_nemo import rundir
+from gdpo_nemo.analysis.sources import load_directory
+from gdpo_nemo.tracking import Tracker
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "local" / "tiny.yaml"
+
+
+def train_command(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY), "--run-dir", str(run_dir),
+         "grpo.num_prompts_per_step=2", "checkpointing.save_period=1", *extra],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300,
+    )
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (relative path -> bytes)."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def steps(run_dir: Path) -> list[int]:
+    return [int(record["step"]) for record in rundir.read_metrics(run_dir)]
+
+
+def test_a_rerun_without_resume_is_refused_overwrite_moves_the_run_aside_and_resume_continues_it(tmp_path):
+    run = tmp_path / "runs" / "one"
+    assert train_command(run, "grpo.max_num_steps=3").returncode == 0
+    finished = snapshot(run)
+    assert steps(run) == [1, 2, 3] and "DONE" in finished
+
+    # The issue's rerun: without --resume, a shorter run over a finished one.
+    refused = train_command(run, "grpo.max_num_steps=2")
+    assert refused.returncode == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert "already holds a run" in line and "--resume" in line and "--overwrite" in line and "steps 1..3" in line
+    assert snapshot(run) == finished  # not one byte changed
+
+    # --resume with more steps continues the same run: steps 1..4, each once.
+    resumed = train_command(run, "grpo.max_num_steps=4", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert steps(run) == [1, 2, 3, 4]
+    assert [r for r in rundir.read_metrics(run)][:3] == [json.loads(l) for l in finished["metrics.jsonl"].decode().splitlines()]
+
+    # --overwrite starts again and keeps the earlier run, byte for byte, under replaced/.
+    before = snapshot(run)
+    again = train_command(run, "grpo.max_num_steps=2", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    [kept] = (run / rundir.REPLACED_DIR).iterdir()
+    assert snapshot(kept) == before
+    assert steps(run) == [1, 2]
+    # The analysis finds one run there, the new one: replaced/ is not a run of its own.
+    problems: list = []
+    logs = load_directory(tmp_path / "runs", problems)
+    assert [(Path(log.path), sorted(log.rows)) for log in logs] == [(run, [1, 2])]
+
+
+def test_resume_refuses_metrics_that_are_not_the_checkpoints_run(tmp_path):
+    run = tmp_path / "run"
+    assert train_command(run, "grpo.max_num_steps=3").returncode == 0
+    # Another run's metrics (only step 1) beside this run's checkpoints up to step 3.
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/loss": 0.0}) + "\n")
+    before = snapshot(run)
+    refused = train_command(run, "grpo.max_num_steps=4", "--resume")
+    assert refused.returncode == 2
+    assert "lacks step(s) [2]" in refused.stderr and "step_3" in refused.stderr
+    assert snapshot(run) == before
+    both = train_command(run, "--resume", "--overwrite")
+    assert both.returncode == 2 and "contradict" in both.stderr
+
+
+def test_records_past_the_resumed_checkpoint_are_set_aside_not_dropped(tmp_path):
+    lines = [json.dumps({"step": step, "x": step}) for step in (1, 2, 3)] + ['{"step": 4, "x"', json.dumps({"step": 5})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    aside = rundir.split_metrics(tmp_path, 2)
+    assert (tmp_path / "metrics.jsonl").read_text().splitlines() == lines[:2]
+    assert aside.name.startswith("metrics.after-step2.") and aside.read_text().splitlines() == lines[2:]
+    assert rundir.split_metrics(tmp_path, 2) is None  # nothing more past step 2
+    assert rundir.read_metrics(tmp_path) == [{"step": 1, "x": 1}, {"step": 2, "x": 2}]
+
+
+def test_a_fresh_tracker_moves_an_earlier_metrics_file_aside(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1}\n')
+    tracker = Tracker(tmp_path)
+    tracker.log({"b": 2.0}, step=1)
+    tracker.close()
+    [kept] = (tmp_path / rundir.REPLACED_DIR).iterdir()
+    assert (kept / "metrics.jsonl").read_text() == '{"step": 1, "a": 1}\n'
+    assert rundir.read_metrics(tmp_path) == [{"step": 1, "b": 2.0}]
+
+
+def test_running_the_quickstart_again_continues_its_runs_instead_of_refusing_them(tmp_path, capsys):
+    from gdpo_nemo.engines.local.quickstart import run_quickstart
+
+    out = tmp_path / "quickstart"
+    run_quickstart(TINY, out, 1)
+    runs = sorted(p for p in out.iterdir() if rundir.is_run_dir(p))
+    assert len(runs) == 2 and [steps(run) for run in runs] == [[1], [1]]
+    first = {run.name: snapshot(run)["metrics.jsonl"] for run in runs}
+    run_quickstart(TINY, out, 2)  # the README's command run again, with more steps
+    assert [steps(run) for run in runs] == [[1, 2], [1, 2]]
+    assert all(snapshot(run)["metrics.jsonl"].startswith(first[run.name]) for run in runs)
