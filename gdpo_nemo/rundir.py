@@ -235,6 +235,15 @@ def run_dir_contents(run_dir) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
+def holds_run_data(run_dir) -> bool:
+    """True when `run_dir` holds anything of a run but its config.yaml, an empty
+    metrics.jsonl and its W&B id (what a run that stopped before its first step leaves)."""
+    names = set(run_dir_contents(run_dir)) - {REPLACED_DIR, CONFIG_FILE, WANDB_ID_FILE}
+    if METRICS_FILE in names and metrics_path(run_dir).stat().st_size == 0:
+        names.discard(METRICS_FILE)
+    return bool(names)
+
+
 def move_aside(run_dir, names=None) -> Path:
     """Move everything in `run_dir` (an earlier run), or only the entries `names`, into
     ``<run_dir>/replaced/<time>/`` so that a new run starts afresh and nothing is lost.

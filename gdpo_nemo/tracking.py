@@ -5,9 +5,14 @@ appended and flushed line by line, so a killed run loses at most the step in fli
 the source of truth the analysis reads; W&B mirrors it.
 
 W&B mode (`wandb_mode`):
-- ``online`` when ``WANDB_API_KEY`` is set (or ``WANDB_MODE=online``),
+- ``online`` when ``WANDB_API_KEY`` is set (or ``WANDB_MODE=online``). When the server
+  cannot be reached (compute nodes without a network), start-up gives up after
+  ONLINE_INIT_TIMEOUT_S (env ``GDPO_NEMO_WANDB_INIT_TIMEOUT``) and the run logs offline
+  instead, saying so and how to upload it; with ``WANDB_MODE=online`` (the user asked for
+  online only) it stops with one line instead (`WandbUnavailable`, a ValueError).
 - ``offline`` without a key: the run is written under ``<run_dir>/wandb/`` and can be
-  uploaded later with ``wandb sync <run_dir>/wandb/offline-run-*``,
+  uploaded later with ``wandb sync <run_dir>/wandb/offline-run-*``; the folder and that
+  command are printed whenever a run logs offline,
 - ``disabled`` when ``logger.wandb_enabled`` is false (or ``WANDB_MODE=disabled``).
 The W&B run id is kept in ``<run_dir>/wandb_id`` so a resumed run continues the same W&B run.
 
@@ -33,6 +38,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gdpo_nemo.rundir import METRICS_FILE, WANDB_ID_FILE, metrics_path, move_aside, split_metrics, wandb_dir
+
+
+ONLINE_INIT_TIMEOUT_S = 20.0
+INIT_TIMEOUT_ENV = "GDPO_NEMO_WANDB_INIT_TIMEOUT"
+
+
+class WandbUnavailable(ValueError):
+    """W&B was asked to run online only (WANDB_MODE=online) and its server cannot be reached."""
+
+
+def online_init_timeout() -> float:
+    """Seconds an online W&B start-up may take before the run logs offline instead."""
+    text = os.environ.get(INIT_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else ONLINE_INIT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{INIT_TIMEOUT_ENV}={text!r} must be a number of seconds") from None
+    return value if value > 0 else ONLINE_INIT_TIMEOUT_S
 
 
 def wandb_mode(enabled: bool) -> str:
@@ -75,8 +98,9 @@ class Tracker:
 
     def __init__(self, run_dir, *, config: dict | None = None, name: str = "run", group: str | None = None,
                  project: str = "gdpo-nemo", entity: str | None = None, wandb_enabled: bool = False,
-                 resume_step: int | None = None):
+                 resume_step: int | None = None, log=None):
         self.run_dir = Path(run_dir)
+        self._log = log or (lambda text: print(text, file=sys.stderr, flush=True))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = metrics_path(self.run_dir)
         if resume_step is None:
@@ -100,19 +124,32 @@ class Tracker:
         else:
             run_id = secrets.token_hex(4)  # W&B run ids: lowercase letters and digits
             id_file.write_text(run_id)
-        return wandb.init(
-            project=project,
-            entity=entity,
-            name=name,
-            group=group,
-            config=config or {},
-            dir=str(self.run_dir),
-            mode=self.mode,
-            id=run_id,
-            resume="allow",
-            reinit="create_new",
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
-        )
+        def start(mode: str, **settings):
+            return wandb.init(
+                project=project, entity=entity, name=name, group=group, config=config or {}, dir=str(self.run_dir),
+                mode=mode, id=run_id, resume="allow", reinit="create_new",
+                settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, **settings),
+            )
+
+        if self.mode == "online":
+            try:
+                return start("online", init_timeout=online_init_timeout())
+            except Exception as err:  # CommError, UsageError (bad key), timeouts: all mean "not online"
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                if os.environ.get("WANDB_MODE", "").strip().lower() == "online":
+                    raise WandbUnavailable(
+                        f"W&B could not start online ({reason}) and WANDB_MODE=online asks for online only: unset "
+                        "WANDB_MODE to log offline and upload later, or check the network and WANDB_API_KEY"
+                    ) from None
+                self._log(f"W&B: could not start online ({reason}); logging offline instead")
+                self.mode = "offline"
+                # The failed start keeps the run id in W&B's service: start that afresh.
+                wandb.teardown()
+        run = start(self.mode)
+        if self.mode == "offline":
+            folder = Path(run.settings.sync_dir) if getattr(run.settings, "sync_dir", None) else self.wandb_dir
+            self._log(f"W&B: offline run in {folder}; upload it with: wandb sync {folder}")
+        return run
 
     @property
     def wandb_dir(self) -> Path:

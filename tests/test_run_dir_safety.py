@@ -114,3 +114,15 @@ def test_running_the_quickstart_again_continues_its_runs_instead_of_refusing_the
     run_quickstart(TINY, out, 2)  # the README's command run again, with more steps
     assert [steps(run) for run in runs] == [[1, 2], [1, 2]]
     assert all(snapshot(run)["metrics.jsonl"].startswith(first[run.name]) for run in runs)
+
+
+def test_a_run_that_stopped_before_its_first_step_may_be_started_again(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("earlier: config\n")
+    (run / "metrics.jsonl").write_text("")
+    assert not rundir.holds_run_data(run)
+    assert train_command(run, "grpo.max_num_steps=1").returncode == 0
+    assert steps(run) == [1]
+    (run / "notes.txt").write_text("mine")
+    assert rundir.holds_run_data(run)

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from gdpo_nemo.rundir import read_metrics, read_metrics_file
-from gdpo_nemo.tracking import Tracker, _wait_for_wandb_exit, iter_wandb_messages, read_wandb_history, wandb_mode
+from gdpo_nemo.tracking import (
+    INIT_TIMEOUT_ENV,
+    Tracker,
+    WandbUnavailable,
+    _wait_for_wandb_exit,
+    iter_wandb_messages,
+    read_wandb_history,
+    wandb_mode,
+)
 
 
 def test_each_log_call_appends_one_json_record_with_its_step(tmp_path):
@@ -40,21 +48,25 @@ def test_non_finite_values_are_written_as_null(tmp_path):
     assert read_metrics(tmp_path) == [{"step": 1, "a": None, "b": None, "c": 3}]
 
 
-def test_resume_drops_records_after_the_checkpoint_step(tmp_path):
+def test_resume_sets_records_after_the_checkpoint_step_aside(tmp_path):
     with Tracker(tmp_path) as tracker:
         for step in (1, 2, 3, 4):
             tracker.log({"x": step}, step=step)
     with Tracker(tmp_path, resume_step=2) as tracker:
         tracker.log({"x": 30}, step=3)
     assert [(r["step"], r["x"]) for r in read_metrics(tmp_path)] == [(1, 1), (2, 2), (3, 30)]
+    [aside] = tmp_path.glob("metrics.after-step2.*.jsonl")
+    assert [(r["step"], r["x"]) for r in read_metrics_file(aside)] == [(3, 3), (4, 4)]
 
 
-def test_a_fresh_run_starts_an_empty_metrics_file(tmp_path):
+def test_a_fresh_run_starts_an_empty_metrics_file_and_keeps_the_earlier_one(tmp_path):
     with Tracker(tmp_path) as tracker:
         tracker.log({"x": 1}, step=1)
     with Tracker(tmp_path) as tracker:
         tracker.log({"x": 2}, step=1)
     assert read_metrics(tmp_path) == [{"step": 1, "x": 2}]
+    [kept] = (tmp_path / "replaced").iterdir()
+    assert read_metrics_file(kept / "metrics.jsonl") == [{"step": 1, "x": 1}]
 
 
 def test_a_line_torn_by_a_kill_is_skipped(tmp_path):
@@ -191,3 +203,59 @@ def test_resumed_wandb_run_keeps_its_run_id(tmp_path, monkeypatch):
         tracker.log({"x": 2}, step=2)
     assert (tmp_path / "wandb_id").read_text() == first_id
     assert len(list((tmp_path / "wandb").glob(f"offline-run-*/run-{first_id}.wandb"))) == 2
+
+
+def _unreachable_wandb(monkeypatch) -> None:
+    """An API key and a W&B server address where nothing listens (connection refused)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("WANDB_API_KEY", "a" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv(INIT_TIMEOUT_ENV, "3")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+
+def test_online_start_up_without_a_server_falls_back_to_offline_within_seconds(tmp_path, monkeypatch):
+    _unreachable_wandb(monkeypatch)
+    lines = []
+    started = time.monotonic()
+    with Tracker(tmp_path, name="n", project="gdpo-nemo-tests", wandb_enabled=True, log=lines.append) as tracker:
+        assert tracker.mode == "offline"
+        tracker.log({"train/reward": 0.5}, step=1)
+    assert time.monotonic() - started < 60
+    assert lines[0].startswith("W&B: could not start online (") and lines[0].endswith("logging offline instead")
+    assert lines[1].startswith("W&B: offline run in ") and "; upload it with: wandb sync " in lines[1]
+    folder = Path(lines[1].split("wandb sync ")[1])
+    [run_file] = folder.glob("run-*.wandb")
+    assert [row["train/reward"] for row in read_wandb_history(run_file)] == [0.5]
+    assert read_metrics(tmp_path) == [{"step": 1, "train/reward": 0.5}]
+
+
+def test_strict_online_without_a_server_stops_in_one_line(tmp_path, monkeypatch):
+    _unreachable_wandb(monkeypatch)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(WandbUnavailable) as raised:
+        Tracker(tmp_path, name="n", project="gdpo-nemo-tests", wandb_enabled=True, log=lambda line: None)
+    message = str(raised.value)
+    assert "\n" not in message and "WANDB_MODE=online" in message and "could not start online" in message
+
+
+@pytest.mark.parametrize("reachable_key", [False, True], ids=["no key", "key but no server"])
+def test_report_from_an_unreachable_wandb_source_says_so_in_one_line(tmp_path, monkeypatch, reachable_key):
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    if reachable_key:
+        _unreachable_wandb(monkeypatch)
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", "wandb:someone/project",
+                           "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("gdpo-nemo report: error: W&B source wandb:someone/project: cannot list its runs (")
+    assert "WANDB_API_KEY" in line and "--source DIR" in line

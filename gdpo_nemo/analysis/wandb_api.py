@@ -32,6 +32,9 @@ def wandb_filters(group: str | None = None, experiment: str | None = None, extra
     return filters
 
 
+API_TIMEOUT_S = 10  # seconds per request to the W&B server
+
+
 def load_wandb(path: str, problems: list, *, filters: dict | None = None, progress: bool = True, api=None) -> list[RunLog]:
     """Download every matching run of ``ENTITY/PROJECT`` `path` as `RunLog`s, with a progress bar.
 
@@ -41,11 +44,18 @@ def load_wandb(path: str, problems: list, *, filters: dict | None = None, progre
 
     if path.count("/") != 1 or not all(path.split("/")):
         raise ValueError(f"W&B source {path!r}: expected ENTITY/PROJECT")
-    if api is None:
-        import wandb
+    try:
+        if api is None:
+            import wandb
 
-        api = wandb.Api(timeout=60)
-    runs = list(api.runs(path=path, filters=filters or {}))
+            api = wandb.Api(timeout=API_TIMEOUT_S)
+        runs = list(api.runs(path=path, filters=filters or {}))
+    except Exception as err:  # no key (UsageError), no network (CommError, timeouts), no such project
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"W&B source wandb:{path}: cannot list its runs ({reason[:300]}). Set WANDB_API_KEY and check the "
+            "network, or read the runs from their run dirs (--source DIR: metrics.jsonl and offline W&B files)"
+        ) from None
     logs = []
     for run in tqdm(runs, desc=f"downloading W&B runs of {path}", unit="run", disable=not progress):
         config = dict(run.config or {})

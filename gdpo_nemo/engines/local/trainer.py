@@ -261,8 +261,7 @@ def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print, overwr
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in the run dir, "
                          "--overwrite moves it aside and starts again; pass one")
-    existing = [name for name in rundir.run_dir_contents(run_dir) if name != rundir.REPLACED_DIR]
-    if existing and not resume:
+    if rundir.holds_run_data(run_dir) and not resume:
         if not overwrite:
             raise ValueError(f"run dir {run_dir} already holds a run ({rundir.describe_run_dir(run_dir)}): pass --resume "
                              "to continue it, or --overwrite to move it into "
@@ -347,7 +346,7 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
         + list(policy["generation"]["stop_token_ids"] or []),
     )
     restored_metrics = _restore(state, latest) if latest is not None else None
-    state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None)
+    state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None, log=log)
     if restored_metrics is not None and not any(r.get("step") == state.start_step
                                                 for r in rundir.read_metrics(run_dir)):
         state.tracker.log(restored_metrics, step=state.start_step)  # killed after the checkpoint, before the log
@@ -365,7 +364,7 @@ def _restore(state: TrainState, latest: tuple[int, Path]) -> dict | None:
     return restored["metrics"]
 
 
-def _open_tracker(config: dict, run_dir: Path, resume_step: int | None):
+def _open_tracker(config: dict, run_dir: Path, resume_step: int | None, log=print):
     """The run's metrics sink (metrics.jsonl, plus W&B when `logger.wandb_enabled`), named
     by the run id unless `logger.wandb.name` / `group` say otherwise."""
     from gdpo_nemo.tracking import Tracker
@@ -381,6 +380,7 @@ def _open_tracker(config: dict, run_dir: Path, resume_step: int | None):
         entity=logger_cfg["wandb"]["entity"],
         wandb_enabled=logger_cfg["wandb_enabled"],
         resume_step=resume_step,
+        log=log,
     )
 
 
