@@ -16,10 +16,11 @@ command is bad input: one line `gdpo-nemo <command>: error: <message>` on stderr
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
-from gdpo_nemo.commands.args import BAD_INPUT, parse_with_overrides, report_error
+from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, parse_with_overrides, report_error
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,6 +37,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that ends each flag's line with its default, when it has one worth saying (not
+    None, False or empty)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default is None or default is False or default is argparse.SUPPRESS or default in ([], ""):
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
 def _load(name: str):
     """The command module of subcommand `name` (imported now)."""
     module_name, _ = COMMANDS[name]
@@ -45,13 +60,17 @@ def _load(name: str):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The `gdpo-nemo` parser; only the subcommand `only` (every one when None) gets its
     flags, so only its module is imported."""
+    from gdpo_nemo import __version__
+
     parser = argparse.ArgumentParser(
         prog="gdpo-nemo",
         description="GDPO vs GRPO on NeMo RL and on a CPU local engine.",
     )
+    parser.add_argument("--version", action="version", version=f"gdpo-nemo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        # Every --help shows each flag's default.
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
             try:
                 _load(name).add_arguments(p)
@@ -70,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     only = chosen if chosen in COMMANDS else None
     parser = build_parser(only=only if only else "__none__")
     if only is None:
+        if chosen is not None:
+            # Not a command: say so in one line, with the nearest commands.
+            near = difflib.get_close_matches(chosen, list(COMMANDS), n=2, cutoff=0.5)
+            hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+            return report_error("gdpo-nemo", f"invalid choice {chosen!r}{hint}; commands: {', '.join(COMMANDS)}", BAD_INPUT)
+        if "--version" in argv:
+            parser.parse_args(["--version"])
         parser.print_help()
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     # A command taking a file, then overrides (nemo-smoke), takes its flags among them.
@@ -80,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         # Bad input (a key, a file, an option): one clear line, no traceback.
         return report_error(f"gdpo-nemo {args.command}", err, BAD_INPUT)
+    except KeyboardInterrupt:
+        # What is on disk is whole (metrics lines are flushed one by one, checkpoints are
+        # written atomically); say how to go on instead of printing a traceback.
+        hint = getattr(_load(args.command), "resume_hint", lambda _: None)(args)
+        report_error(f"gdpo-nemo {args.command}", "interrupted" + (f"; to continue: {hint}" if hint else ""), INTERRUPTED)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

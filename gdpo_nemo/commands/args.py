@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 FAILED = 1
 BAD_INPUT = 2
+INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 
 def parse_with_overrides(parser, argv: list[str]):

@@ -60,6 +60,9 @@ def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
     choices: dict = {}
     overrides: list[str] = []
     for item in items:
+        if item.startswith("~"):  # Hydra's delete (`~key`, `~key=value`): the same grammar as `train`
+            overrides.append(item)
+            continue
         # Hydra overrides may set an empty value (`key=`), so one is no error here.
         key, value = key_value(item, flag="config show", example="task=toolcall or grpo.max_num_steps=10",
                                empty_value=True)

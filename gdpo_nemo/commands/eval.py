@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " toolcall: BFCL v3 categories or the groups all, live, non_live, multi_turn"
                              " (default: all of the task's)")
     parser.add_argument("--samples", type=int, default=None, help="responses per question (default 16; BFCL 1)")
-    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"))
+    parser.add_argument("--backend", default="hf", choices=("hf", "vllm"), help="generation backend")
     parser.add_argument("--data-dir", default="data/eval", help="where <benchmark>.jsonl files are (default data/eval)")
     parser.add_argument("--file", action="append", default=[], metavar="NAME=PATH", help="a benchmark's file")
     parser.add_argument("--limit", type=int, default=None, help="BFCL: first N entries per category")
@@ -43,12 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="run dir the eval/ folder goes in (default: the checkpoint's run)")
     parser.add_argument("--run-id", default=None, help="run id to record (default: the run dir's)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step to record (default: the checkpoint's, else 0)")
-    parser.add_argument("--max-new-tokens", type=int, default=None)
-    parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--exceed-limit", type=int, default=PAPER_DEFAULTS["exceed_limit"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help=f"token limit per response (default {PAPER_DEFAULTS['max_new_tokens']}, the paper's; BFCL 1024)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help=f"sampling temperature (default {PAPER_DEFAULTS['temperature']}, the paper's)")
+    parser.add_argument("--top-p", type=float, default=None, help=f"nucleus sampling (default {PAPER_DEFAULTS['top_p']}, the paper's)")
+    parser.add_argument("--exceed-limit", type=int, default=PAPER_DEFAULTS["exceed_limit"],
+                        help="responses longer than this many tokens count as exceeding (the paper's Exceed)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
     parser.add_argument("--batch-size", type=int, default=16,
                         help="sequences decoded together (hf backend); BFCL: also the entries in flight")
 
@@ -71,16 +74,41 @@ def _run_id(out: Path, given: str | None) -> str | None:
         return None
 
 
+def _unreadable_rows(out: Path, benchmark: str, step: int) -> int:
+    """How many rows of `benchmark` could not be read, as its written results say (0 when
+    they say nothing of it)."""
+    import json
+
+    from gdpo_nemo import rundir
+
+    try:
+        payload = json.loads(rundir.eval_file(out, benchmark, step).read_text())
+    except (OSError, ValueError):
+        return 0
+    value = payload.get("unreadable_rows", 0) if isinstance(payload, dict) else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _looks_like_a_path(model: str) -> bool:
+    """A --model written as a path (not builtin:..., not a hub name such as org/name)."""
+    # A hub name has at most one "/" (org/name); a path may have more, or start at a folder.
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1 or (
+        "/" in model and Path(model.split("/")[0]).exists())
+
+
 def run(args: argparse.Namespace) -> int:
     """Check the options (ValueError, before a model is loaded), then run the benchmarks:
     gdpo_nemo.evaluation.runner (math, code) or gdpo_nemo.evaluation.bfcl (toolcall).
-    1 when every benchmark failed."""
+    1 when a benchmark failed or a row could not be read (the results are still written)."""
     from gdpo_nemo.evaluation.backends import make_backend, resolve_model
 
     for key in ("samples", "max_new_tokens", "limit", "batch_size"):
         value = getattr(args, key)
         if value is not None and value < 1:
             raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+    if _looks_like_a_path(args.model) and not Path(args.model).expanduser().exists():
+        raise ValueError(f"--model {args.model}: no such checkpoint (expected a local-engine checkpoint dir such as "
+                         "RUN_DIR/checkpoints/step_N, builtin:smollm2-135m, or a model name)")
     ref = resolve_model(args.model)
     out = Path(args.out) if args.out else ref.run_dir
     if out is None:
@@ -127,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
             top_p=args.top_p if args.top_p is not None else PAPER_DEFAULTS["top_p"],
             exceed_limit=args.exceed_limit, files=files)
     failed = [name for name, values in results.items() if "error" in values]
+    unreadable = sum(_unreadable_rows(out, name, step) for name in results if name not in failed)
     print(f"eval: {len(results) - len(failed)} of {len(results)} benchmark(s) written under {out / 'eval'}"
-          + (f"; skipped: {', '.join(failed)}" if failed else ""))
-    return 1 if failed and len(failed) == len(results) else 0
+          + (f"; skipped: {', '.join(failed)}" if failed else "")
+          + (f"; {unreadable} unreadable row(s) counted as failed questions" if unreadable else ""))
+    # As `score`: the results are complete, but exit 1 says that some of the input was bad.
+    return FAILED if failed or unreadable else 0

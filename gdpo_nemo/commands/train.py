@@ -49,3 +49,14 @@ def run(args: argparse.Namespace) -> int:
     for key, value in summary.items():
         print(f"  {key}: {value:.4f}")
     return 0
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """The command that continues an interrupted `train` (printed on Ctrl-C)."""
+    import shlex
+
+    parts = ["gdpo-nemo", "train", "--config", args.config]
+    if args.run_dir:
+        parts += ["--run-dir", args.run_dir]
+    parts += ["--resume", *args.overrides]
+    return " ".join(shlex.quote(part) for part in parts)

@@ -70,6 +70,10 @@ def apply_overrides(config: dict, overrides: Iterable[str], *, settable: Callabl
             elif item.is_add() and exists:
                 raise ValueError(f"{key!r} is already in the config (use {key}=value to change it)")
             elif not (item.is_add() or item.is_force_add()) and not exists and not (settable and settable(key)):
+                near = _nearest_keys(cfg, key)
+                if near:
+                    raise ValueError(f"{key!r} is not in the config: did you mean {' or '.join(near)}? "
+                                     f"(to add a new key, +{key}=value)")
                 raise ValueError(f"{key!r} is not in the config (use +{key}=value to add it)")
             else:
                 OmegaConf.update(cfg, key, item.value(), merge=True, force_add=True)
@@ -78,6 +82,27 @@ def apply_overrides(config: dict, overrides: Iterable[str], *, settable: Callabl
         except Exception as err:  # OmegaConf's errors (a key under a non-mapping, ...)
             raise ConfigError(f"{key}: override {text!r} failed: {first_line(err)}") from None
     return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _nearest_keys(cfg, key: str) -> list[str]:
+    """Keys of `cfg` (an OmegaConf config) spelled like `key`: siblings under the same
+    parent first, then any key path of the whole config."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    paths: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict):
+            for name, value in node.items():
+                path = f"{prefix}{name}"
+                paths.append(path)
+                walk(value, path + ".")
+
+    walk(plain, "")
+    return difflib.get_close_matches(key, paths, n=2, cutoff=0.8)
 
 
 def _delete(cfg, key: str) -> None:

@@ -1,0 +1,96 @@
+"""Issue 24, item 4: the CLI front end: every mistake gets one clear line, every --help its
+defaults, the same exit codes across commands, and Ctrl-C a line saying how to go on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gdpo_nemo import __version__
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "configs" / "local" / "tiny.yaml"
+
+
+def cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)), **kwargs)
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_an_unknown_command_is_an_invalid_choice_with_the_nearest_one():
+    done = cli("trian")
+    assert done.returncode == 2 and done.stdout == ""
+    assert one_line(done).startswith("gdpo-nemo: error: invalid choice 'trian' (did you mean train?); commands: ")
+
+
+def test_version():
+    done = cli("--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"gdpo-nemo {__version__}")
+
+
+def test_a_misspelt_key_gets_the_nearest_keys():
+    line = one_line(cli("train", "--config", TINY, "grpo.max_num_step=3"))
+    assert "did you mean grpo.max_num_steps" in line and "+grpo.max_num_step=value" in line
+
+
+def test_config_show_takes_deletions_as_train_does():
+    kept = cli("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo")
+    deleted = cli("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo", "~checkpointing.keep_top_k")
+    assert kept.returncode == 0 and "keep_top_k" in kept.stdout
+    assert deleted.returncode == 2 and one_line(deleted).endswith("checkpointing.keep_top_k: missing; expected int")
+
+
+def test_every_help_shows_the_defaults():
+    eval_help = cli("eval", "--help").stdout
+    assert "(default: 0)" in eval_help and "default 32768" in eval_help and "(default: cpu)" in eval_help
+    assert "(default: None)" not in cli("train", "--help").stdout
+
+
+def test_a_missing_checkpoint_is_named_as_such():
+    line = one_line(cli("eval", "--task", "math", "--model", "runs/nothing/checkpoints/step_3"))
+    assert "--model runs/nothing/checkpoints/step_3: no such checkpoint" in line
+
+
+def test_eval_exits_1_when_rows_could_not_be_read_like_score(tmp_path):
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.trainer import train
+
+    config, _ = load_run_config(TINY, ["grpo.max_num_steps=1", "checkpointing.save_period=1"])
+    train(config, tmp_path / "run", log=lambda *a: None)
+    data = tmp_path / "data"
+    data.mkdir()
+    good = (REPO / "tests" / "data" / "eval" / "aime.jsonl").read_text().splitlines()[0]
+    (data / "aime.jsonl").write_text(good + "\nthis row is not JSON\n")
+    done = cli("eval", "--task", "math", "--model", tmp_path / "run" / "checkpoints" / "step_1", "--benchmarks", "aime",
+               "--data-dir", data, "--samples", 1, "--max-new-tokens", 4)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "1 unreadable row(s) counted as failed questions" in done.stdout
+    assert (tmp_path / "run" / "eval" / "aime" / "step_1.json").exists()  # the results are still written
+
+
+def test_ctrl_c_in_train_is_one_line_with_the_command_that_resumes(tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY), "--run-dir", str(run),
+               "grpo.max_num_steps=200", "checkpointing.save_period=1"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "step_1").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("gdpo-nemo train: error: interrupted; to continue: gdpo-nemo train --config ")
+    assert last.endswith(f"--run-dir {run} --resume grpo.max_num_steps=200 checkpointing.save_period=1")
