@@ -94,3 +94,11 @@ def test_ctrl_c_in_train_is_one_line_with_the_command_that_resumes(tmp_path):
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("gdpo-nemo train: error: interrupted; to continue: gdpo-nemo train --config ")
     assert last.endswith(f"--run-dir {run} --resume grpo.max_num_steps=200 checkpointing.save_period=1")
+
+
+def test_without_a_bar_train_prints_one_line_per_step(tmp_path):
+    done = cli("train", "--config", TINY, "--run-dir", tmp_path / "run", "grpo.max_num_steps=3", "gdpo.local.progress=false")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in lines] == ["step 1/3", "step 2/3", "step 3/3"]
+    assert all("s/step" in line and "format=" in line for line in lines)

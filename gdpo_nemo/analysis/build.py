@@ -59,6 +59,10 @@ def build_report(
     written: list[Path] = []
 
     results = all_tables(dataset, paper, include_incomplete=include_incomplete, expected_seeds=expected_seeds, resamples=resamples)
+    # A table none of whose cells has a run (gsm8k-only runs and the paper's Tables 1-5) is
+    # not written: the index lists it as skipped instead of a page of "n=0".
+    skipped = [result.spec.key for result in results if not _has_runs(result)]
+    results = [result for result in results if _has_runs(result)]
     for result in results:
         for suffix, text in ((".md", render.to_markdown(result)), (".tex", render.to_latex(result))):
             path = tables_dir / f"{result.spec.key}{suffix}"
@@ -82,13 +86,20 @@ def build_report(
     (out / "problems.md").write_text("# Problems found in the logs\n\n" + problems_markdown(dataset.problems))
     written += [out / "runs.csv", out / "problems.md"]
 
-    index = _index(dataset, results, summary_md, curve_paths + diag_paths + fig3_paths, out, source_label)
+    index = _index(dataset, results, summary_md, curve_paths + diag_paths + fig3_paths, out, source_label, skipped)
     (out / "README.md").write_text(index)
     written.append(out / "README.md")
     return written
 
 
-def _index(dataset: Dataset, results, summary_md: str, figure_paths: list[Path], out: Path, source_label: str) -> str:
+def _has_runs(result) -> bool:
+    """True when at least one cell of a computed table has a run behind it."""
+    cells = result.cells
+    return "n" in cells and bool((cells["n"].fillna(0) > 0).any())
+
+
+def _index(dataset: Dataset, results, summary_md: str, figure_paths: list[Path], out: Path, source_label: str,
+           skipped: list | None = None) -> str:
     runs = dataset.runs
     lines = ["# GDPO report", "", f"Source: `{source_label}`" if source_label else "", "",
              f"{len(runs)} run(s), {len(dataset.metrics)} logged values, {len(dataset.problems)} problem(s) "
@@ -105,6 +116,8 @@ def _index(dataset: Dataset, results, summary_md: str, figure_paths: list[Path],
             rel = os.path.relpath(path, out)
             lines += [f"![{path.name[:-4]}]({rel})", f"([PDF]({rel[:-4]}.pdf))", ""]
     lines += ["## Tables", "", summary_md, ""]
+    if skipped:
+        lines += [f"Not written, no run in any of their cells: {', '.join(skipped)}.", ""]
     for result in results:
         lines += [render.to_markdown(result), f"LaTeX: [tables/{result.spec.key}.tex](tables/{result.spec.key}.tex)", ""]
     return "\n".join(lines)

@@ -116,6 +116,6 @@ def load_source(
                          + (f" for experiment {experiment!r}" if experiment else "")
                          + (f" in group {group!r}" if group else "")))
     dataset = assemble(logs, problems)
-    if folder is not None:
+    if folder is not None and not dataset.runs.empty:  # nothing found: nothing written, no cache either
         save_cache(dataset, folder)
     return dataset

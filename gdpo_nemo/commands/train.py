@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
     result = train(config, run_dir, resume=args.resume, overwrite=args.overwrite, ignored_note=note)
     summary = {k: v for k, v in result.last_metrics.items() if k.startswith(("train/reward", "validation/"))}
-    print(f"finished {result.steps} steps in {result.wall_time_s:.0f} s; run dir {result.run_dir}")
+    ran = result.steps - result.started_from
+    resumed = f", resumed from step {result.started_from}" if result.started_from else ""
+    print(f"finished step {result.steps} ({ran} step{'s' if ran != 1 else ''} run now{resumed}) in "
+          f"{result.wall_time_s:.0f} s; run dir {result.run_dir}")
     for key, value in summary.items():
         print(f"  {key}: {value:.4f}")
     return 0

@@ -157,13 +157,14 @@ def reward_metrics(rewards: dict, prefix: str) -> dict:
 
 @dataclass
 class RunResult:
-    """What `train` returns: the run dir, its step count, the last step's metrics record
-    and the call's wall seconds."""
+    """What `train` returns: the run dir, its step count, the last step's metrics record,
+    the call's wall seconds and the step it started from (0, or the checkpoint it resumed)."""
 
     run_dir: Path
     steps: int
     last_metrics: dict
     wall_time_s: float
+    started_from: int = 0
 
 
 def _with_current_defaults(saved: dict) -> dict:
@@ -592,7 +593,8 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
         log(ignored_note)
     latest = prepare_run_dir(config, run_dir, resume, log=log, overwrite=overwrite)
     state = setup(config, run_dir, latest, log=log)
-    progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"])
+    progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"],
+                             log=lambda line: log(line) if log is not print else print(line, flush=True))
     metrics: dict = {}
     exit_code = 1
     try:
@@ -608,7 +610,7 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
     finally:
         progress.close()
         state.tracker.close(exit_code=exit_code)
-    return RunResult(run_dir, state.total_steps, metrics, time.perf_counter() - started)
+    return RunResult(run_dir, state.total_steps, metrics, time.perf_counter() - started, state.start_step)
 
 
 # ---- steps 4-6: ratio, clip, step -----------------------------------------------------------
@@ -701,20 +703,27 @@ def _micro_batch_backward(model, rollouts: Rollouts, rows: list, advantages, ref
     return loss, parts
 
 
-class _NoBar:
+class _StepLines:
+    """Progress without a bar (`gdpo.local.progress: false`, as sweep jobs run): one line
+    per step, flushed, so that `tail -f` of a Slurm log shows the run's life as NeMo RL's
+    and TRL's logs do."""
+
+    def __init__(self, total: int, done: int, log):
+        self.total, self.step, self.log = total, done, log
+
     def update(self, n=1):
-        pass
+        self.step += n
 
     def set_postfix_str(self, text):
-        pass
+        self.log(f"step {self.step}/{self.total}: {text}")
 
     def close(self):
         pass
 
 
-def _progress_bar(total: int, done: int, enabled: bool):
+def _progress_bar(total: int, done: int, enabled: bool, log=print):
     if not enabled:
-        return _NoBar()
+        return _StepLines(total, done, log)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=done, desc="train", unit="step", dynamic_ncols=True)
