@@ -225,3 +225,20 @@ def test_with_eval_renders_an_eval_job_per_local_run_and_refuses_what_it_cannot_
     assert rc == 2 and "task gsm8k has no evaluation benchmarks" in err
     rc, _, err = sweep(capsys, "toolcall", "--cluster", "example", "--dry-run", "--with-eval", "--sweep-dir", tmp_path / "t")
     assert rc == 2 and "local-engine runs only" in err
+
+
+def test_dry_run_prints_the_runs_first_and_warns_on_placeholders_which_submit_refuses(tmp_path, capsys):
+    rc, out, err = sweep(capsys, "smoke", "--cluster", "example", "--dry-run", "--sweep-dir", tmp_path / "a")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == f"12 run(s) of smoke for profile 'example' (local engine), under {tmp_path / 'a'}:"
+    assert lines[1].split() == ["run", "engine", "config", "run", "dir"]
+    assert lines[2].split()[:2] == ["smoke__toolcall__tiny__grpo__seed0", "local"]
+    assert out.index("==> ") > out.index(lines[13])  # the scripts come after the table
+    assert "placeholder values: account=my_account;" in err and "--submit refuses them" in err
+    rc, _, err = sweep(capsys, "smoke", "--cluster", "example", "--submit", "--sweep-dir", tmp_path / "b")
+    assert rc == 2 and "still holds placeholder values: account=my_account" in err and "before --submit" in err
+    assert not (tmp_path / "b").exists()
+    filled = profile_file(tmp_path, account="proj42", container="/images/nemo.sqsh", nemo_rl_dir="/opt/nemo-rl")
+    rc, _, err = sweep(capsys, "smoke", "--cluster", filled, "--dry-run", "--sweep-dir", tmp_path / "c")
+    assert rc == 0 and "placeholder" not in err

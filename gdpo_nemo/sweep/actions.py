@@ -69,11 +69,21 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
     nemo_rl_checked = _check_with_nemo_rl(plans, nemo_rl_python)  # slowest: last
     evals = _eval_scripts(plans, profile, layout) if with_eval else {}
+    placeholders = placeholder_values(profile)
+    if submit and placeholders:
+        raise SweepError(f"profile {profile.name!r} ({profile.path}) still holds placeholder values: "
+                         f"{'; '.join(placeholders)}; fill in your cluster's before --submit")
     if not submit:
         existing = mf.Manifest.load(layout.manifest)
         if existing:  # never overwrite the scripts of another profile's or engine's sweep
             existing.check_matches(experiment=experiment, cluster=profile.name, engine=engines)
         _write(plans, layout, existing)
+        # What will run, first; then warnings; the scripts after (the summary line repeats at the end).
+        print(f"{len(plans)} run(s) of {experiment} for profile {profile.name!r} ({engines} engine), under {layout.root}:")
+        print(runs_table(plans, layout.root))
+        if placeholders:
+            print(f"gdpo-nemo sweep: warning: profile {profile.name!r} ({profile.path}) still holds placeholder values: "
+                  f"{'; '.join(placeholders)}; --submit refuses them", file=sys.stderr)
         for plan in plans:
             print(f"==> {plan.script_path} <==\n{plan.script}")
             if plan.name in evals:
@@ -91,6 +101,38 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
         code = _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
     _note_unchecked(nemo_rl_checked)
     return code
+
+
+# Values of the sample profile (slurm/profiles/example.yaml) and the usual stand-ins that
+# mean "fill this in".
+PLACEHOLDER_MARKS = ("my_account", "/path/to/", "CHANGE_ME", "changeme", "<your", "YOUR_")
+
+
+def placeholder_values(profile) -> list[str]:
+    """`key=value` of each profile value that is still a placeholder (PLACEHOLDER_MARKS)."""
+    found = []
+    for key in ("account", "partition", "container", "nemo_rl_dir", "nemo_launcher", "python", "mounts", "setup"):
+        value = getattr(profile, key, None)
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, str) and any(mark in item for mark in PLACEHOLDER_MARKS):
+                found.append(f"{key}={item}")
+    return found
+
+
+def runs_table(plans: list[RunPlan], root: Path) -> str:
+    """A table of the planned runs: run id, engine, config and run dir (paths under `root`)."""
+
+    def short(path: Path) -> str:
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            return str(path)
+
+    rows = [("run", "engine", "config", "run dir")] + [
+        (plan.name, plan.engine, short(plan.config_path), short(plan.run_dir)) for plan in plans
+    ]
+    widths = [max(len(row[col]) for row in rows) for col in range(4)]
+    return "\n".join("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def _check_with_nemo_rl(plans: list[RunPlan], python: str | None) -> bool | None:
