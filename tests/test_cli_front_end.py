@@ -102,3 +102,16 @@ def test_without_a_bar_train_prints_one_line_per_step(tmp_path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert [line.split(":")[0] for line in lines] == ["step 1/3", "step 2/3", "step 3/3"]
     assert all("s/step" in line and "format=" in line for line in lines)
+
+
+def test_the_ignored_keys_note_says_how_to_see_them_all(tmp_path, monkeypatch):
+    from gdpo_nemo.engines.local.config import SHOW_IGNORED_ENV, load_run_config
+
+    composed = tmp_path / "run.yaml"
+    composed.write_text(cli("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo").stdout)
+    monkeypatch.delenv(SHOW_IGNORED_ENV, raising=False)
+    _, short = load_run_config(composed)
+    assert short.endswith(f"more (set {SHOW_IGNORED_ENV}=1 to list them all)")
+    monkeypatch.setenv(SHOW_IGNORED_ENV, "1")
+    _, full = load_run_config(composed)
+    assert "more" not in full and len(full.split(", ")) > len(short.split(", ")) + 10

@@ -65,7 +65,7 @@ def test_summary_line_gives_rows_bad_rows_and_means(tmp_path, capsys):
     main(["score", "--task", "gsm8k", str(source)])
     summary = capsys.readouterr().err.strip().splitlines()[-1]
     # format (1 + 0 + 0) / 3, correctness (1 + 0 + 0) / 3, integer (1 + 1 + 0) / 3
-    assert "scored 3 rows (1 bad)" in summary
+    assert "scored 3 rows (1 bad)" in summary and "(bad rows count as each reward's lowest value)" in summary
     assert "format=0.3333 correctness=0.3333 integer=0.6667" in summary
 
 

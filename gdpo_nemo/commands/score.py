@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     where = "stdout" if output_path == "-" else output_path
     print(
         f"scored {summary.rows} rows ({summary.bad_rows} bad) with {reward_set.task} rewards -> {where};"
-        f" mean over all rows: {means}",
+        f" mean over all rows: {means}" + (" (bad rows count as each reward's lowest value)" if summary.bad_rows else ""),
         file=sys.stderr,
     )
     return FAILED if summary.bad_rows else 0

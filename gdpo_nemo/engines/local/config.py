@@ -24,6 +24,7 @@ read and overridden by gdpo_nemo.config.files and gdpo_nemo.config.overrides (Hy
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,7 @@ SCHEMA["gdpo"]["engine"] = use("local", one_of("local"))
 
 # Sections whose presence alone is worth one line when ignored (their keys are many).
 _IGNORED_SUMMARY_LIMIT = 8
+SHOW_IGNORED_ENV = "GDPO_NEMO_SHOW_IGNORED"  # set: the note lists every ignored key
 
 
 def _walk(node: dict, schema: dict, path: str, ignored: list, out: dict) -> None:
@@ -322,7 +324,10 @@ def check_config(raw: dict) -> tuple[dict, str | None]:
     note = None
     if ignored:
         shown = ", ".join(ignored[:_IGNORED_SUMMARY_LIMIT])
-        more = f" and {len(ignored) - _IGNORED_SUMMARY_LIMIT} more" if len(ignored) > _IGNORED_SUMMARY_LIMIT else ""
+        more = (f" and {len(ignored) - _IGNORED_SUMMARY_LIMIT} more (set {SHOW_IGNORED_ENV}=1 to list them all)"
+                if len(ignored) > _IGNORED_SUMMARY_LIMIT and not os.environ.get(SHOW_IGNORED_ENV) else "")
+        if os.environ.get(SHOW_IGNORED_ENV):
+            shown = ", ".join(ignored)
         note = f"local engine: ignoring cluster-only / not-applicable keys {shown}{more}"
     return config, note
 
