@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 
 from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, parse_with_overrides, report_error
@@ -106,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         # Bad input (a key, a file, an option): one clear line, no traceback.
         return report_error(f"gdpo-nemo {args.command}", err, BAD_INPUT)
+    except BrokenPipeError:
+        # The reader of our output went away (`gdpo-nemo config list | head`): stop quietly,
+        # as other command-line tools do, instead of a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         # What is on disk is whole (metrics lines are flushed one by one, checkpoints are
         # written atomically); say how to go on instead of printing a traceback.

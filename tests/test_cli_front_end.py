@@ -115,3 +115,14 @@ def test_the_ignored_keys_note_says_how_to_see_them_all(tmp_path, monkeypatch):
     monkeypatch.setenv(SHOW_IGNORED_ENV, "1")
     _, full = load_run_config(composed)
     assert "more" not in full and len(full.split(", ")) > len(short.split(", ")) + 10
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    process = subprocess.Popen([sys.executable, "-m", "gdpo_nemo.cli", "sweep", "smoke", "--cluster", "local",
+                                "--sweep-dir", str(tmp_path / "s")], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    first = process.stdout.readline()
+    process.stdout.close()  # `| head -1`
+    _, stderr = process.communicate(timeout=120)
+    assert first.startswith(b"12 run(s) of smoke")
+    assert b"Traceback" not in stderr and process.returncode in (0, 141)

@@ -1,0 +1,105 @@
+"""Issue 24, item 6: docs that cannot drift. Every `gdpo-nemo` command in a fenced block of
+README.md and docs/*.md is found here; the cheap ones (composing and listing configs,
+rendering sweeps: a sweep's Slurm modes as --dry-run) run as written, from the repo root the docs assume (a scratch folder
+that links the repo's folders, so that what they write lands there); the others are named
+with why they are left to their own tests. A wrong example then fails CI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([A-Za-z]*)\n(.*?)^```", re.S | re.M)
+# Output lines shown in console blocks ("gdpo-nemo config: error: ..."), not commands.
+OUTPUT_LINE = re.compile(r"^gdpo-nemo [\w-]+: ")
+# A synopsis, not a command: optional parts, stand-ins in capitals or angle brackets.
+PLACEHOLDER = re.compile(r"[\[<]|\b[A-Z][A-Z_]{2,}\b")
+# The docs' stand-ins that have a real counterpart here: a profile copied from the sample.
+SUBSTITUTIONS = {"mycluster": "example"}
+# A sweep's Slurm modes run as --dry-run: the same experiment, profile and --only filters are
+# checked (a filter matching no run fails), without a cluster (tests/slurm/ submits for real).
+MODES_AS_DRY_RUN = {"--submit": "--dry-run", "--status": "--dry-run", "--cancel": "--dry-run"}
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(where: "file:line", command text) of every gdpo-nemo command in a fenced block."""
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        for block in FENCE.finditer(text):
+            if block.group(1) not in ("", "bash", "sh", "shell", "console"):
+                continue
+            first = text[: block.start(2)].count("\n") + 1
+            logical, start = "", None
+            for offset, line in enumerate(block.group(2).splitlines()):
+                if start is None:
+                    start = first + offset
+                logical += line.rstrip()
+                if logical.endswith("\\"):
+                    logical = logical[:-1] + " "
+                    continue
+                command = logical.strip()
+                if command.startswith("gdpo-nemo ") and not OUTPUT_LINE.match(command):
+                    found.append((f"{path.relative_to(REPO)}:{start}", command))
+                logical, start = "", None
+    return found
+
+
+def verdict(command: str) -> str:
+    """"run", or why the command is left to its own tests."""
+    words = shlex.split(command, comments=True)
+    if PLACEHOLDER.search(" ".join(words)):
+        return "a synopsis with stand-ins"
+    sub = words[1] if len(words) > 1 else ""
+    if sub == "config" and len(words) > 2 and words[2] in ("list", "show"):
+        return "run"
+    if sub == "sweep":
+        return "run"  # --submit, --status and --cancel as --dry-run (MODES_AS_DRY_RUN)
+    if sub in ("--help", "--version") or "--help" in words:
+        return "run"
+    if sub == "report":
+        return "needs runs to report: the analysis tests run it on real runs"
+    return f"`{sub}` trains or evaluates a model: its own tests run it"
+
+
+COMMANDS = doc_commands()
+CHEAP = [(where, command) for where, command in COMMANDS if verdict(command) == "run"]
+
+
+def test_the_docs_commands_are_found_and_the_cheap_ones_are_many():
+    assert len(COMMANDS) >= 30
+    assert len(CHEAP) >= 8, CHEAP
+    skipped = [(where, verdict(command)) for where, command in COMMANDS if verdict(command) != "run"]
+    assert all(reason for _, reason in skipped)
+
+
+@pytest.fixture(scope="module")
+def repo_root_copy(tmp_path_factory) -> Path:
+    """A folder that looks like the repo root (its folders linked) but keeps what the
+    commands write (run.yaml, sweeps/)."""
+    root = tmp_path_factory.mktemp("docs_root")
+    for entry in REPO.iterdir():
+        if entry.name not in (".git", "sweeps", "runs") and not entry.name.startswith(".venv"):
+            (root / entry.name).symlink_to(entry)
+    return root
+
+
+@pytest.mark.parametrize(("where", "command"), CHEAP, ids=[where for where, _ in CHEAP])
+def test_a_cheap_docs_command_runs_as_written(where, command, repo_root_copy):
+    words = [SUBSTITUTIONS.get(word, word) for word in shlex.split(command, comments=True)]
+    if words[1] == "sweep":
+        words = [MODES_AS_DRY_RUN.get(word, word) for word in words]
+    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", *words[1:]], cwd=repo_root_copy, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
