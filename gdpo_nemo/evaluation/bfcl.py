@@ -52,7 +52,7 @@ def bfcl_python() -> Path:
     given = os.environ.get("GDPO_BFCL_PYTHON")
     path = Path(given) if given else REPO / ".venv-bfcl" / "bin" / "python"
     if not path.exists():
-        raise ValueError(f"BFCL needs the bfcl-eval virtualenv, not found at {path}: run `bash scripts/setup_bfcl.sh`"
+        raise ValueError(f"BFCL needs the bfcl-eval virtualenv, not found at {path}: run `bash scripts/setup.sh --all` (or scripts/setup_bfcl.sh)"
                          " (or set GDPO_BFCL_PYTHON to a Python with bfcl-eval==2025.7.17)")
     return path
 
