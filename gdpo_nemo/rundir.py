@@ -194,7 +194,7 @@ def read_metrics(run_dir) -> list[dict]:
     return read_metrics_file(path) if path.exists() else []
 
 
-def _stamp() -> str:
+def stamp() -> str:
     import time
 
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
@@ -218,7 +218,7 @@ def split_metrics(run_dir, last_step: int) -> Path | None:
             (kept if record is not None and record["step"] <= last_step else later).append(line.rstrip("\n") + "\n")
     if not later:
         return None
-    aside = path.with_name(f"metrics.after-step{last_step}.{_stamp()}.jsonl")
+    aside = path.with_name(f"metrics.after-step{last_step}.{stamp()}.jsonl")
     for target, lines in ((aside, later), (path, kept)):
         tmp = target.with_name(target.name + ".tmp")
         with open(tmp, "w") as handle:
@@ -244,12 +244,24 @@ def holds_run_data(run_dir) -> bool:
     return bool(names)
 
 
+def keep_earlier(path) -> Path | None:
+    """Before `path` (a result file) is written again, move the earlier one (if any) into
+    ``<its folder>/replaced/<time>/``, which no reader descends into. Returns where it went."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    target = path.parent / REPLACED_DIR / stamp()
+    target.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target / path.name)
+    return target / path.name
+
+
 def move_aside(run_dir, names=None) -> Path:
     """Move everything in `run_dir` (an earlier run), or only the entries `names`, into
     ``<run_dir>/replaced/<time>/`` so that a new run starts afresh and nothing is lost.
     Returns that folder."""
     folder = Path(run_dir)
-    target = folder / REPLACED_DIR / _stamp()
+    target = folder / REPLACED_DIR / stamp()
     target.mkdir(parents=True)
     for name in run_dir_contents(folder) if names is None else names:
         if name != REPLACED_DIR and (folder / name).exists():

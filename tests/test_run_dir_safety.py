@@ -127,3 +127,23 @@ def test_a_run_that_stopped_before_its_first_step_may_be_started_again(tmp_path)
     assert steps(run) == [1]
     (run / "notes.txt").write_text("mine")
     assert rundir.holds_run_data(run)
+
+
+def test_evaluating_a_step_again_keeps_the_earlier_result(tmp_path):
+    from test_eval import DATA, Replay
+
+    from gdpo_nemo.evaluation.runner import run_benchmarks
+
+    def evaluate(answer: str) -> dict:
+        return run_benchmarks("math", ["aime"], Replay([[answer], ["$\\boxed{6}$"]]), data_dir=DATA, out_dir=tmp_path,
+                              run_id=None, step=3, samples=1, max_new_tokens=10, temperature=0, top_p=1,
+                              exceed_limit=4000, log=lambda *a: None)
+
+    assert evaluate("$\\boxed{9}$")["aime"]["acc"] == 1.0
+    first = rundir.eval_file(tmp_path, "aime", 3).read_bytes()
+    assert evaluate("$\\boxed{1}$")["aime"]["acc"] == 0.5
+    [kept] = (tmp_path / "eval" / "aime" / rundir.REPLACED_DIR).iterdir()
+    assert (kept / "step_3.json").read_bytes() == first and (kept / "step_3.responses.jsonl").exists()
+    from gdpo_nemo.analysis.evals import find_eval_files
+
+    assert find_eval_files(tmp_path) == [rundir.eval_file(tmp_path, "aime", 3)]  # the analysis reads the newest only

@@ -49,6 +49,9 @@ def _write(out_dir: Path, bench_name: str, step: int, payload: dict, responses: 
     target = rundir.eval_file(out_dir, bench_name, step)
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
+    # An earlier evaluation of this step is kept (replaced/<time>/), never overwritten.
+    for earlier in (target, folder / f"step_{step}.responses.jsonl"):
+        rundir.keep_earlier(earlier)
     with open(folder / f"step_{step}.responses.jsonl", "w") as handle:
         for row in responses:
             handle.write(json.dumps(row) + "\n")
