@@ -58,6 +58,35 @@ def online_init_timeout() -> float:
     return value if value > 0 else ONLINE_INIT_TIMEOUT_S
 
 
+def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
+    """For a W&B logger that is not ours (NeMo RL's, which calls ``wandb.init`` itself with
+    W&B's own 90 s retries, then fails): when W&B would run online, ask its server whether
+    it answers (``wandb.Api().viewer``, within `online_init_timeout`); when it does not, set
+    ``WANDB_MODE=offline`` in this process's environment for that logger, and say so with the
+    folder and the ``wandb sync`` command; with ``WANDB_MODE=online``, raise
+    WandbUnavailable (one line) instead. Returns the mode the logger will use."""
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    mode = wandb_mode(enabled)
+    if mode == "online":
+        try:
+            import wandb
+
+            wandb.Api(timeout=max(1, int(online_init_timeout()))).viewer  # noqa: B018 (the request is the check)
+        except Exception as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            if os.environ.get("WANDB_MODE", "").strip().lower() == "online":
+                raise WandbUnavailable(
+                    f"W&B could not start online ({reason}) and WANDB_MODE=online asks for online only: unset "
+                    "WANDB_MODE to log offline and upload later, or check the network and WANDB_API_KEY"
+                ) from None
+            log(f"W&B: could not start online ({reason}); logging offline instead")
+            os.environ["WANDB_MODE"] = mode = "offline"
+    if mode == "offline":
+        # NeMo RL puts W&B's folder a few levels down (an experiment folder, wandb/wandb/).
+        log(f"W&B: offline run under {log_dir}; upload it with: wandb sync $(find {log_dir} -type d -name 'offline-run-*')")
+    return mode
+
+
 def wandb_mode(enabled: bool) -> str:
     """The W&B mode for `logger.wandb_enabled` and the environment (module docstring)."""
     if not enabled:

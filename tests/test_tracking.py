@@ -259,3 +259,22 @@ def test_report_from_an_unreachable_wandb_source_says_so_in_one_line(tmp_path, m
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("gdpo-nemo report: error: W&B source wandb:someone/project: cannot list its runs (")
     assert "WANDB_API_KEY" in line and "--source DIR" in line
+
+
+def test_nemo_rls_own_wandb_logger_is_sent_offline_when_the_server_does_not_answer(tmp_path, monkeypatch):
+    import os
+
+    from gdpo_nemo.tracking import settle_external_wandb
+
+    _unreachable_wandb(monkeypatch)
+    lines = []
+    started = time.monotonic()
+    assert settle_external_wandb(True, tmp_path, log=lines.append) == "offline"
+    assert time.monotonic() - started < 60
+    assert os.environ["WANDB_MODE"] == "offline"  # what NeMo RL's wandb.init will read
+    assert lines[0].startswith("W&B: could not start online (") and f"wandb sync $(find {tmp_path} -type d -name 'offline-run-*')" in lines[1]
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(WandbUnavailable):
+        settle_external_wandb(True, tmp_path, log=lines.append)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert settle_external_wandb(True, tmp_path, log=lines.append) == "disabled"

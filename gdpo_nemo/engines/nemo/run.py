@@ -75,7 +75,11 @@ def launch(config: dict, script: Path) -> None:
     from gdpo_nemo.engines.nemo import plugin
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
 
+    from gdpo_nemo.tracking import settle_external_wandb
+
     run_dir = prepare_run_dir(config)
+    # NeMo RL's own W&B logger: offline within seconds when its server does not answer.
+    settle_external_wandb(bool(config["logger"].get("wandb_enabled")), config["logger"]["log_dir"])
     writer = StepMetricsWriter(run_dir, resume_step=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]))
     state = plugin.register(config, writer=writer)
     saved_argv = sys.argv
