@@ -126,3 +126,14 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert first.startswith(b"12 run(s) of smoke")
     assert b"Traceback" not in stderr and process.returncode in (0, 141)
+
+
+def test_an_interrupted_quickstart_is_continued_by_the_same_command():
+    import argparse
+
+    from gdpo_nemo.commands.quickstart import QUICKSTART_CONFIG, resume_hint
+
+    default = argparse.Namespace(out="runs/quickstart", steps=None, config=str(QUICKSTART_CONFIG))
+    assert resume_hint(default) == "gdpo-nemo quickstart --out runs/quickstart"
+    assert resume_hint(argparse.Namespace(out="my runs", steps=4, config="c.yaml")) == (
+        "gdpo-nemo quickstart --out 'my runs' --steps 4 --config c.yaml")

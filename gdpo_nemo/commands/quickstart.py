@@ -26,3 +26,16 @@ def run(args: argparse.Namespace) -> int:
     print(table)
     print(f"figure: {figure}\nsummary: {summary}\nwall time: {total / 60:.1f} min")
     return 0
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """What continues an interrupted quickstart (printed on Ctrl-C): the same command, whose
+    runs resume from their checkpoints."""
+    import shlex
+
+    parts = ["gdpo-nemo", "quickstart", "--out", args.out]
+    if args.steps is not None:
+        parts += ["--steps", str(args.steps)]
+    if args.config != str(QUICKSTART_CONFIG):
+        parts += ["--config", args.config]
+    return " ".join(shlex.quote(part) for part in parts)
