@@ -81,7 +81,7 @@ def test_eval_exits_1_when_rows_could_not_be_read_like_score(tmp_path):
 def test_ctrl_c_in_train_is_one_line_with_the_command_that_resumes(tmp_path):
     run = tmp_path / "run"
     command = [sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY), "--run-dir", str(run),
-               "grpo.max_num_steps=200", "checkpointing.save_period=1"]
+               "grpo.max_num_steps=2000", "grpo.max_num_epochs=1000", "checkpointing.save_period=1"]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ, PYTHONPATH=str(REPO)))
     deadline = time.monotonic() + 240
@@ -93,7 +93,7 @@ def test_ctrl_c_in_train_is_one_line_with_the_command_that_resumes(tmp_path):
     assert "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("gdpo-nemo train: error: interrupted; to continue: gdpo-nemo train --config ")
-    assert last.endswith(f"--run-dir {run} --resume grpo.max_num_steps=200 checkpointing.save_period=1")
+    assert last.endswith(f"--run-dir {run} --resume grpo.max_num_steps=2000 grpo.max_num_epochs=1000 checkpointing.save_period=1")
 
 
 def test_without_a_bar_train_prints_one_line_per_step(tmp_path):

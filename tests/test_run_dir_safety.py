@@ -53,7 +53,7 @@ def test_a_rerun_without_resume_is_refused_overwrite_moves_the_run_aside_and_res
     # --resume with more steps continues the same run: steps 1..4, each once.
     resumed = train_command(run, "grpo.max_num_steps=4", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert "finished step 4 (1 step run now, resumed from step 3)" in resumed.stdout
+    assert "finished step 4 (1 step run now, from the checkpoint of step 3)" in resumed.stdout
     assert steps(run) == [1, 2, 3, 4]
     assert [r for r in rundir.read_metrics(run)][:3] == [json.loads(l) for l in finished["metrics.jsonl"].decode().splitlines()]
 

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     result = train(config, run_dir, resume=args.resume, overwrite=args.overwrite, ignored_note=note)
     summary = {k: v for k, v in result.last_metrics.items() if k.startswith(("train/reward", "validation/"))}
     ran = result.steps - result.started_from
-    resumed = f", resumed from step {result.started_from}" if result.started_from else ""
+    resumed = f", from the checkpoint of step {result.started_from}" if result.started_from else ""
     print(f"finished step {result.steps} ({ran} step{'s' if ran != 1 else ''} run now{resumed}) in "
           f"{result.wall_time_s:.0f} s; run dir {result.run_dir}")
     for key, value in summary.items():
