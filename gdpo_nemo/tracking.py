@@ -58,6 +58,18 @@ def online_init_timeout() -> float:
     return value if value > 0 else ONLINE_INIT_TIMEOUT_S
 
 
+def _going_offline(err: Exception, log) -> None:
+    """An online W&B start-up failed with `err`: raise WandbUnavailable (one line) when
+    WANDB_MODE=online asks for online only, else say that the run logs offline instead."""
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if os.environ.get("WANDB_MODE", "").strip().lower() == "online":
+        raise WandbUnavailable(
+            f"W&B could not start online ({reason}) and WANDB_MODE=online asks for online only: unset "
+            "WANDB_MODE to log offline and upload later, or check the network and WANDB_API_KEY"
+        ) from None
+    log(f"W&B: could not start online ({reason}); logging offline instead")
+
+
 def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
     """For a W&B logger that is not ours (NeMo RL's, which calls ``wandb.init`` itself with
     W&B's own 90 s retries, then fails): when W&B would run online, ask its server whether
@@ -73,13 +85,7 @@ def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
 
             wandb.Api(timeout=max(1, int(online_init_timeout()))).viewer  # noqa: B018 (the request is the check)
         except Exception as err:
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            if os.environ.get("WANDB_MODE", "").strip().lower() == "online":
-                raise WandbUnavailable(
-                    f"W&B could not start online ({reason}) and WANDB_MODE=online asks for online only: unset "
-                    "WANDB_MODE to log offline and upload later, or check the network and WANDB_API_KEY"
-                ) from None
-            log(f"W&B: could not start online ({reason}); logging offline instead")
+            _going_offline(err, log)
             os.environ["WANDB_MODE"] = mode = "offline"
     if mode == "offline":
         # NeMo RL puts W&B's folder a few levels down (an experiment folder, wandb/wandb/).
@@ -164,13 +170,7 @@ class Tracker:
             try:
                 return start("online", init_timeout=online_init_timeout())
             except Exception as err:  # CommError, UsageError (bad key), timeouts: all mean "not online"
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                if os.environ.get("WANDB_MODE", "").strip().lower() == "online":
-                    raise WandbUnavailable(
-                        f"W&B could not start online ({reason}) and WANDB_MODE=online asks for online only: unset "
-                        "WANDB_MODE to log offline and upload later, or check the network and WANDB_API_KEY"
-                    ) from None
-                self._log(f"W&B: could not start online ({reason}); logging offline instead")
+                _going_offline(err, self._log)
                 self.mode = "offline"
                 # The failed start keeps the run id in W&B's service: start that afresh.
                 wandb.teardown()
