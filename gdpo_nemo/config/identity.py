@@ -61,11 +61,12 @@ def reconcile_algo(config: dict, override_keys, *, refuse: bool = True) -> str |
         return None
     presets = algo_presets()
     label = gdpo.get("algo")
-    if label not in presets or _method(gdpo) == _method(gdpo, presets[label]):
+    ours = _method(gdpo)
+    if label not in presets or ours == _method(gdpo, presets[label]):
         return None
     keys = [str(key) for key in override_keys]
     method_changed = any(key == f"gdpo.{name}" or key.startswith(f"gdpo.{name}.") for key in keys for name in METHOD_KEYS)
-    matches = [name for name, block in presets.items() if _method(gdpo) == _method(gdpo, block)]
+    matches = [name for name, block in presets.items() if ours == _method(gdpo, block)]
     if method_changed and "gdpo.algo" not in keys:
         new = matches[0] if len(matches) == 1 else auto_label(gdpo)
         _relabel(config, label, new)
@@ -73,7 +74,7 @@ def reconcile_algo(config: dict, override_keys, *, refuse: bool = True) -> str |
     if not refuse:
         return None
     preset = presets[label]
-    ours, theirs = _method(gdpo), _method(gdpo, preset)
+    theirs = _method(gdpo, preset)
     differ = [key for index, key in enumerate(METHOD_KEYS) if ours[index] != theirs[index]]
     shown = ", ".join(f"gdpo.{key}={gdpo.get(key)!r}" for key in differ)
     wanted = ", ".join(f"{key} {preset.get(key)!r}" for key in differ)
