@@ -80,23 +80,21 @@ def test_eval_exits_1_when_rows_could_not_be_read_like_score(tmp_path):
 
 def test_ctrl_c_in_train_is_one_line_with_the_command_that_resumes(tmp_path):
     run = tmp_path / "run"
-    # A run once went on after one SIGINT on a loaded machine (see the issue-24 note): Ctrl-C
-    # is pressed again, as a user would, if the first one is not acted on within 15 s.
     overrides = ["grpo.max_num_steps=2000", "grpo.max_num_epochs=1000", "checkpointing.save_period=1"]
     command = [sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY), "--run-dir", str(run), *overrides]
+    # A shell without job control starts background jobs with SIGINT ignored, and Python then
+    # keeps it ignored (so did the test run by fresh-check in the background): the child gets
+    # the terminal's default back, as `gdpo-nemo train` typed at a prompt has it.
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+                               env=dict(os.environ, PYTHONPATH=str(REPO)),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "step_1").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    for _ in range(4):
-        process.send_signal(signal.SIGINT)
-        try:
-            _, stderr = process.communicate(timeout=15)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    else:
+    process.send_signal(signal.SIGINT)  # one Ctrl-C must stop the run
+    try:
+        _, stderr = process.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
         process.kill()
         _, stderr = process.communicate()
     assert process.returncode == 130, stderr[-2000:]

@@ -39,7 +39,7 @@ def test_the_gpu_study_is_grpo_vs_gdpo_on_two_tasks_three_seeds_each_at_a_paper_
 
 
 def _study(out, *args):
-    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return subprocess.run(["bash", str(REPO / "scripts" / "gpu_study.sh"), "--smoke", "--jobs", "2", "--out", str(out),
                            *args], env=env, cwd=out, capture_output=True, text=True, timeout=900)
 

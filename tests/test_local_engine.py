@@ -270,7 +270,7 @@ def test_sigkill_after_a_checkpoint_then_resume_ends_with_the_uninterrupted_metr
 def sigkill_then_resume(tmp_path, *extra):
     """Run 10 steps whole; run them again, SIGKILL after checkpoint 3, resume: the resumed
     run must log every step once and end with the whole run's metrics. `extra`: overrides."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     reference = subprocess.run(_train_command(tmp_path / "whole", *extra), env=env, capture_output=True, text=True,
                                timeout=300)
     assert reference.returncode == 0, reference.stderr
@@ -309,7 +309,7 @@ def sigkill_then_resume(tmp_path, *extra):
 
 
 def test_train_command_writes_the_run_dir_under_log_dir_named_by_run_id(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY),
                            f"logger.log_dir={tmp_path}", "grpo.max_num_steps=1"],
                           env=env, capture_output=True, text=True, timeout=300)
@@ -320,7 +320,7 @@ def test_train_command_writes_the_run_dir_under_log_dir_named_by_run_id(tmp_path
 
 
 def test_train_command_reports_a_bad_key_in_one_line(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY),
                            "--run-dir", str(tmp_path), "loss_fn.use_cispo=true"],
                           env=env, capture_output=True, text=True, timeout=300)

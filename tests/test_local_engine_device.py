@@ -279,14 +279,18 @@ def test_gpu_smollm2_trains_a_few_steps_with_warm_start_in_bf16(task, estimator,
     config, _ = load_run_config(REPO / "configs" / "local" / "quickstart_gsm8k.yaml", [
         *ON_CUDA, f"gdpo.task={task}", f"gdpo.estimator={estimator}", f"gdpo.algo={estimator}",
         f"grpo.adv_estimator.name={estimator}", "gdpo.reward_components=null", "gdpo.local.progress=false",
-        "grpo.max_num_steps=3", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=4",
-        "policy.train_global_batch_size=32", "policy.train_micro_batch_size=16", "policy.generation_batch_size=32",
-        "policy.generation.max_new_tokens=32", "policy.max_total_sequence_length=2048",
-        "data.max_input_seq_length=null", "gdpo.local.warm_start.steps=2"])
+        "grpo.max_num_steps=3", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8",
+        "policy.train_global_batch_size=64", "policy.train_micro_batch_size=16", "policy.generation_batch_size=64",
+        "policy.generation.max_new_tokens=128", "policy.max_total_sequence_length=2048",
+        "data.max_input_seq_length=null"])
     train(config, tmp_path)
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == [1, 2, 3]
-    assert all(math.isfinite(r["train/loss"]) and r["train/grad_norm"] > 0 for r in records)
+    # A step whose groups all tie has zero advantages and so no gradient: with the warm start and
+    # 128 new tokens some group differs, so some update must move the weights.
+    summary = [(r["train/loss"], r["train/grad_norm"]) for r in records]
+    assert all(math.isfinite(loss) and math.isfinite(norm) for loss, norm in summary), summary
+    assert any(norm > 0 for _, norm in summary), summary
     assert all(0 < r["memory/gpu_peak_allocated_mb"] < 20_000 for r in records)
 
 
