@@ -308,10 +308,11 @@ def unregister_estimator(name: str) -> EstimatorInfo:
 
 
 def _others_constant(values: Tensor, valid: Tensor, groups: _Groups) -> Tensor:
-    """[B, K] bool: the valid group-mates of each sample (itself excluded) are all equal.
+    """[B, K] bool: the valid group-mates of each sample (itself excluded) are all equal, within
+    the relative tolerance that makes a whole group constant (`_constant`).
 
-    Exact (no float tolerance): the others' max equals their min, found from the group's
-    largest and second-largest distinct values and how many samples hold the largest.
+    The others' max and min are found from the group's largest and second-largest distinct
+    values and how many samples hold the largest.
     """
     index = groups.index
     others = []
@@ -325,7 +326,13 @@ def _others_constant(values: Tensor, valid: Tensor, groups: _Groups) -> Tensor:
         others.append(torch.where(only_one, second, top[index]))
     hi, lo = others
     # No other valid sample at all (hi = -inf, lo = +inf) counts as constant: no variation.
-    return (hi == lo) | (hi < lo)
+    return (hi < lo) | _constant(hi, lo)
+
+
+def _constant(hi: Tensor, lo: Tensor) -> Tensor:
+    """Values between `lo` and `hi` are one value up to float residue: hi - lo <=
+    RELATIVE_TOLERANCE * max(|hi|, |lo|) (exactly equal included)."""
+    return (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
 
 
 def _normalize_in_groups(
@@ -342,10 +349,11 @@ def _normalize_in_groups(
     mean = groups.sum(values * vf) / count.clamp(min=1)
     hi = groups.extreme(values, valid, "amax")
     lo = groups.extreme(values, valid, "amin")
-    constant = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
+    constant = _constant(hi, lo)
     # Exact zero for constant groups: their mean can carry a rounding residue.
     centred = torch.where(valid & ~constant[index], values - mean[index], torch.zeros_like(values))
     sq_dev = groups.sum(centred * centred)  # [N, K]
+    _refuse_overflow(sq_dev, "a group's squared deviations")
     n = count[index]  # [B, K]
 
     if options.leave_one_out:
@@ -370,6 +378,17 @@ def _normalize_in_groups(
     return torch.where(usable, advantage, torch.zeros_like(advantage))
 
 
+class RewardOverflow(ValueError):
+    """Rewards so large that the squares of their deviations overflow float64 (|r| around
+    1e154 and beyond): a std cannot be computed, and no advantage is given in its place."""
+
+
+def _refuse_overflow(squares: Tensor, what: str) -> None:
+    """Raise RewardOverflow when `squares` (sums of squares of finite values) overflowed."""
+    if not math.isfinite(float(squares.sum())) and not bool(torch.isfinite(squares).all()):
+        raise RewardOverflow(f"{what} overflow float64")
+
+
 def _batch_norm(
     values: Tensor, row_valid: Tensor, options: AdvantageOptions, token_mask: Tensor | None, scale: float
 ) -> Tensor:
@@ -390,6 +409,7 @@ def _batch_norm(
     centred = torch.where(weight > 0, values - mean, torch.zeros_like(values))
     dof = total - options.std_ddof
     var = (weight * centred * centred).sum() / dof if dof > 0 else values.new_zeros(())
+    _refuse_overflow(var, "the batch's squared deviations")
     if var <= 0 or float(var.sqrt()) <= RELATIVE_TOLERANCE * scale:
         return torch.zeros_like(values)
     if token_mask is None:
@@ -407,6 +427,7 @@ def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, sca
         return values.new_zeros(())
     mean = (weight * values).sum() / total
     var = (weight * (values - mean) ** 2).sum() / dof
+    _refuse_overflow(var, "the batch's squared deviations")
     std = var.sqrt()
     return values.new_zeros(()) if float(std) <= RELATIVE_TOLERANCE * scale else std
 
@@ -562,6 +583,11 @@ _DENSE_CHUNK = 1 << 18
 # |mean| <= this * std for every group that is not constant (else the general path runs).
 _DENSE_MEAN_TO_STD = 1e3
 
+# A batch std within this range lets the dense path centre in float64, round to float32 and
+# scale there: centred values (at most std * sqrt(B)) and 1 / std stay far inside float32's
+# normal range (1.2e-38 .. 3.4e38). Outside it the scaling is done in float64.
+_FLOAT32_SAFE = (1e-25, 1e25)
+
 
 def _group_statistics(
     grouped: list[Tensor], options: AdvantageOptions, scratch: Tensor
@@ -674,16 +700,23 @@ def _dense_advantages(
     batch_mean = centred.sum() / batch_size
     squares = torch.dot(centred, centred) - batch_size * batch_mean * batch_mean
     std = float((squares.clamp(min=0) / dof).sqrt()) if dof > 0 else 0.0
+    if not math.isfinite(std):
+        return None  # the squares overflowed: the general path refuses, naming the reward
     if std <= 0:
         return out.zero_()
     if std <= RELATIVE_TOLERANCE * scale:
         # `scale` bounds the general path's (sum_k of the largest |w_k A_k|) from above, so
         # near cancellation that path decides, with the exact scale.
         return None
+    factor = 1.0 / (std + options.batch_norm_eps)
+    if not _FLOAT32_SAFE[0] < std < _FLOAT32_SAFE[1]:
+        # Centred values or the factor beyond float32's range (rewards near 1e-160 or 1e39):
+        # scaled in float64, then rounded once.
+        return out.copy_(centred.sub_(batch_mean).mul_(factor))
     # Centre in float64 in place, then round once to float32 and scale there: a float64 ->
     # float32 `sub(..., out=)` takes torch's slow casting loop (3x the time of the two).
     out.copy_(centred.sub_(batch_mean))
-    return out.mul_(1.0 / (std + options.batch_norm_eps))
+    return out.mul_(factor)
 
 
 def _kernel_advantages(
@@ -882,7 +915,15 @@ def compute_advantages(
         token_mask = None if token_mask is None else token_mask[order]
     valid = ~torch.isnan(matrix)
     values = torch.where(valid, matrix, torch.zeros_like(matrix))
-    advantages = info(values, valid, groups, weights, options, token_mask)
+    try:
+        advantages = info(values, valid, groups, weights, options, token_mask)
+    except RewardOverflow as error:
+        largest = values.abs().amax(dim=0)
+        column = int(largest.argmax())
+        raise RewardOverflow(
+            f"rewards[{names[column]!r}] reach {float(largest[column]):.3g}: {error}, so no std (and no"
+            " advantage) can be computed; rescale the reward (|r| up to ~1e150 works)"
+        ) from None
     if order is not None:
         advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
     return _checked(advantages, estimator)

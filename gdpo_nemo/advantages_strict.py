@@ -219,12 +219,12 @@ def _verl(estimator, matrix, group_ids, weights, options, token_mask, names):
     values = matrix.to(torch.float32)
     buckets = _buckets(group_ids, values.shape[0], values.device, "zero")
     divide = estimator not in ("grpo_no_std",) and options.scale_rewards == "group"
+    weight = weights.to(torch.float32)
     if estimator in ("grpo", "grpo_no_std"):
         scores = 0
-        for k in range(values.shape[1]):  # the score: the components' float32 sum
-            scores = scores + values[:, k]
+        for k in range(values.shape[1]):  # the score: the components' weighted float32 sum
+            scores = scores + weight[k] * values[:, k]  # weight 1: the plain sum, bit for bit
         return _finish(_verl_group_normalized(scores, buckets, divide), estimator)
-    weight = weights.to(torch.float32)
     total = None
     for k in range(values.shape[1]):
         part = weight[k] * _verl_group_normalized(values[:, k], buckets, divide)
