@@ -8,7 +8,7 @@ for the same bytes (the rewards, float64: 24 MB) at that thread count: one torch
 them, warm in cache as ours finds them (they fit this machine's 32 MB L3), and the time to
 stream them from memory at the bandwidth a sum over a 512 MB array reaches; and ours (min)
 / each. Target (issue 16): within 5x of the single-pass bound. For the 1M batch it also
-times the same call with the CPU kernel (gdpo_nemo.dense_kernel, numba) switched off: the
+times the same call with the CPU kernel (gdpo_nemo.estimators.kernel, numba) switched off: the
 torch ops that run on CUDA or without numba. On a shared machine compare mins, and note
 the load (`uptime`).
 
@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from gdpo_nemo import dense_kernel
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.estimators import kernel as dense_kernel
+from gdpo_nemo.estimators import compute_advantages
 from tests.support.advantages_loop import loop_advantages
 
 

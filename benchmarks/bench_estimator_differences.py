@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.estimators import compute_advantages
 
 
 def float32(values: torch.Tensor) -> torch.Tensor:

@@ -115,7 +115,7 @@ def peak_memory_gib(device: str, reset: bool = False) -> float:
 
 def run_ours(args, workdir: Path) -> dict:
     from gdpo_nemo.engines.local.trainer import train
-    from gdpo_nemo.rundir import read_metrics
+    from gdpo_nemo.runs.rundir import read_metrics
 
     run_dir = workdir / "ours"
     peak_memory_gib(args.device, reset=True)

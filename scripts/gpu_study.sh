@@ -23,7 +23,7 @@ while (($#)); do
 done
 python=${PYTHON:-python3}
 
-"$python" -m gdpo_nemo.engines.local.parallel gpu_study --out "$out" "${args[@]}"
+"$python" -m gdpo_nemo.commands.local_parallel gpu_study --out "$out" "${args[@]}"
 status=$?
 if [ -d "$out/runs" ]; then  # the report of whatever finished, even after a failure
     "$python" -m gdpo_nemo.cli report --source "$out/runs" --experiment gpu_study --out "$out/report" \

@@ -1,4 +1,4 @@
-"""Specification of the advantage estimators (gdpo_nemo.advantages).
+"""Specification of the advantage estimators (gdpo_nemo.estimators).
 
 Hand-worked numbers: a group of three samples with binary rewards has Bessel std
 sqrt(1/3) = 0.57735 for one 1 and two 0s (deviations 2/3, -1/3, -1/3).
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdpo_nemo.advantages import ESTIMATORS, PRESETS, compute_advantages
+from gdpo_nemo.estimators import ESTIMATORS, PRESETS, compute_advantages
 
 from tests.support.advantages_loop import loop_advantages
 

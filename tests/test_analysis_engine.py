@@ -13,7 +13,7 @@ import pytest
 
 from gdpo_nemo.analysis.load import load_source
 from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 ESTIMATORS = ("grpo", "gdpo")
 SEEDS = (0, 1)
@@ -59,7 +59,7 @@ def test_engine_run_dirs_load_as_finished_runs_of_both_estimators(engine_runs):
 
 
 def test_engine_metrics_equal_the_jsonl_the_engine_wrote(engine_runs):
-    from gdpo_nemo.rundir import read_metrics
+    from gdpo_nemo.runs.rundir import read_metrics
 
     ds = load_source(engine_runs, cache_dir=None)
     for run_id in ds.runs["run_id"]:
@@ -76,7 +76,7 @@ def test_engine_metrics_equal_the_jsonl_the_engine_wrote(engine_runs):
 
 
 def test_engine_wandb_offline_files_hold_the_same_numbers(engine_runs):
-    from gdpo_nemo.rundir import read_metrics
+    from gdpo_nemo.runs.rundir import read_metrics
 
     files = find_offline_runs(engine_runs)
     assert len(files) == len(ESTIMATORS) * len(SEEDS)

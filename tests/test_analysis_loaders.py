@@ -18,7 +18,7 @@ from gdpo_nemo.analysis.frame import METRIC_COLUMNS
 from gdpo_nemo.analysis.load import load_source
 from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 from tests.support.synthetic import run_config, write_eval, write_run_dir
 

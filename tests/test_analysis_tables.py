@@ -12,7 +12,7 @@ from gdpo_nemo.analysis.paper import load_paper_values
 from gdpo_nemo.analysis.render import to_latex, to_markdown
 from gdpo_nemo.analysis.stats import bootstrap_interval, summarize
 from gdpo_nemo.analysis.tables import TABLES_BY_KEY, compute_table, training_summary
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 from tests.support.synthetic import run_config, write_eval, write_run_dir
 

@@ -1,13 +1,14 @@
-"""Specification of advantage-collapse counting (gdpo_nemo.collapse) and its commands."""
+"""Specification of advantage-collapse counting (gdpo_nemo.estimators.collapse) and its commands."""
 
 import json
+import math
 
 import pytest
 import torch
 
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.estimators import compute_advantages
 from gdpo_nemo.cli import main
-from gdpo_nemo.collapse import (
+from gdpo_nemo.estimators.collapse import (
     DEFAULT_MAX_ENUMERATE,
     count_advantage_groups,
     distinct_advantage_groups,
@@ -127,7 +128,7 @@ def test_advantage_groups_command_rejects_unknown_estimator(capsys):
 
 
 def test_collapse_figures_command_writes_fig2_table_and_fig3(tmp_path, monkeypatch):
-    import gdpo_nemo.collapse_figures as figures
+    import gdpo_nemo.analysis.fig3 as figures
 
     # Smaller panels for the test's time: the same code path as the full figure.
     original = figures.fig3_counts
@@ -139,3 +140,18 @@ def test_collapse_figures_command_writes_fig2_table_and_fig3(tmp_path, monkeypat
     assert {r["method"] for r in data["vs_num_rewards"]} == {"exact", "sampled"}
     for suffix in (".png", ".pdf"):
         assert (tmp_path / f"fig3_advantage_groups{suffix}").stat().st_size > 10_000
+
+
+def test_a_group_that_is_one_value_up_to_float_residue_has_no_signal_everywhere():
+    """The estimators, zero_std_fraction and NeMo RL's dynamic-sampling spread read groups
+    through one helper (gdpo_nemo.estimators.groups): they agree on what a constant group is."""
+    from gdpo_nemo.engines.nemo.sampling import group_range
+
+    near = math.nextafter(1.2, 2.0)
+    values = torch.tensor([1.2, near, 0.0, 1.0, 5.0, float("nan")], dtype=torch.float64)
+    ids = torch.tensor([0, 0, 1, 1, 2, 2])
+    assert zero_std_fraction({"r": values[:4]}, ids[:4]) == {"r": 0.5}
+    spread = group_range(values, ids)
+    assert spread[:2].tolist() == [0.0, 0.0] and spread[2:4].tolist() == [1.0, 1.0] and math.isinf(spread[4])
+    advantages = compute_advantages({"r": values[:4]}, ids[:4], "grpo")
+    assert advantages[:2].tolist() == [0.0, 0.0] and advantages[2] < 0 < advantages[3]

@@ -3,6 +3,8 @@ error line and its exit codes."""
 
 from __future__ import annotations
 
+import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -69,11 +71,50 @@ def test_a_bad_key_value_exits_2_with_the_command_named(capsys):
 
 
 @pytest.mark.parametrize(("module", "argv", "message"), [
-    ("gdpo_nemo.engines.local.parallel", [], "name an experiment (experiments/<name>.yaml), e.g. gpu_study"),
-    ("gdpo_nemo.engines.nemo.run", ["--config", "run.yaml", "--bogus"],
+    ("gdpo_nemo.commands.local_parallel", [], "name an experiment (experiments/<name>.yaml), e.g. gpu_study"),
+    ("gdpo_nemo.commands.nemo_run", ["--config", "run.yaml", "--bogus"],
      "unknown option(s) ['--bogus']; overrides are key=value"),
 ])
 def test_the_python_m_entry_points_print_the_same_error_line(module, argv, message):
     done = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == BAD_INPUT
     assert done.stderr == f"python -m {module}: error: {message}\n"
+
+
+# The programs with a `__main__` block outside commands/: the console entry, and bfcl-eval's
+# worker, started by its path in bfcl-eval's own venv where gdpo_nemo does not import.
+MAIN_OUTSIDE_COMMANDS = {"gdpo_nemo/cli.py", "gdpo_nemo/evaluation/bfcl_worker.py"}
+
+
+def _package_modules():
+    for path in sorted((REPO / "gdpo_nemo").rglob("*.py")):
+        yield path.relative_to(REPO).as_posix(), ast.parse(path.read_text())
+
+
+def test_only_the_commands_have_a_main_block():
+    with_main = {name for name, tree in _package_modules() for node in tree.body
+                 if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)}
+    assert with_main - MAIN_OUTSIDE_COMMANDS == {name for name in with_main if name.startswith("gdpo_nemo/commands/")}
+    assert MAIN_OUTSIDE_COMMANDS <= with_main
+
+
+def test_nothing_but_the_cli_imports_the_commands():
+    importers = set()
+    for name, tree in _package_modules():
+        for node in ast.walk(tree):
+            targets = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [f"{node.module}.{alias.name}" for alias in node.names] if isinstance(node, ast.ImportFrom)
+                       else [])
+            if any(t == "gdpo_nemo.commands" or t.startswith("gdpo_nemo.commands.") for t in targets):
+                importers.add(name)
+    assert {name for name in importers if not name.startswith("gdpo_nemo/commands/")} <= {"gdpo_nemo/cli.py"}
+
+
+def test_the_nemo_validation_command_prints_each_files_problems_as_one_json_line(monkeypatch, capsys):
+    from gdpo_nemo.commands import nemo_validation
+
+    verdicts = {"good.yaml": [],
+                "bad.yaml": ["grpo.max_num_steps: NeMo RL MasterConfig: Input should be a valid integer"]}
+    monkeypatch.setattr(nemo_validation, "check_config_file", lambda path: verdicts[path])
+    assert nemo_validation.main(["good.yaml", "bad.yaml"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == verdicts

@@ -17,7 +17,7 @@ import yaml
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.config import nemo_keys
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_EXPERIMENTS = ("toolcall", "math", "math_conditioned_length", "coding", "gsm8k")
@@ -200,7 +200,7 @@ def test_weighted_grpo_is_computed_by_our_estimator_since_nemo_rl_sums_rewards_u
 
 
 def test_estimator_names_match_the_advantage_registry():
-    from gdpo_nemo.advantages import ESTIMATORS
+    from gdpo_nemo.estimators import ESTIMATORS
 
     assert set(cc.ESTIMATORS) == set(ESTIMATORS)
 
@@ -408,12 +408,26 @@ def test_schema_walker_reports_unknown_missing_and_mistyped_keys():
 def test_schema_keys_required_only_when_the_section_is_enabled():
     disabled = {"enabled": False}
     enabled = {"enabled": True}
-    spec = nemo_keys.SCHEMA["policy"]["dynamic_batching"]
+    spec = nemo_keys.TREE["policy"]["dynamic_batching"]
     assert nemo_keys.check_against_schema(disabled, spec, "policy.dynamic_batching") == []
     assert nemo_keys.check_against_schema(enabled, spec, "policy.dynamic_batching") == [
         "policy.dynamic_batching.train_mb_tokens: missing (required when enabled is true); expected int",
         "policy.dynamic_batching.sequence_length_round: missing (required when enabled is true); expected int",
     ]
+
+
+def test_the_walker_reports_every_problem_of_a_config_at_once(toolcall_gdpo):
+    config = yaml.safe_load(cc.dump(toolcall_gdpo))
+    config["grpo"]["num_prompt_per_step"] = 8  # misspelt
+    config["loss_fn"]["ratio_clip_min"] = "0.2"  # a string
+    del config["checkpointing"]["keep_top_k"]  # required by NeMo RL
+    config["gdpo"]["eps"] = -1.0  # out of the setting's range
+    problems = nemo_keys.walk(config).problems
+    assert sorted(line.split(":")[0] for line in problems) == [
+        "checkpointing.keep_top_k", "gdpo.eps", "grpo.num_prompt_per_step", "loss_fn.ratio_clip_min"]
+    with pytest.raises(cc.ConfigError) as err:
+        cc.validate(config)
+    assert err.value.problems == problems and str(err.value).startswith("4 problems:")
 
 
 def test_schema_dataset_may_be_one_mapping_or_a_list_of_them():

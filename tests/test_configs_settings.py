@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataclasses import fields
+
 import pytest
 
 from gdpo_nemo import config as cc
-from gdpo_nemo.advantages import resolve_options
+from gdpo_nemo.estimators import PRESETS, AdvantageOptions
+from gdpo_nemo.config.derive import get_path
 from gdpo_nemo.config.settings import EstimatorSettings, GdpoSettings, describe, gdpo_defaults
 from gdpo_nemo.engines.local.config import load_run_config, resolve_and_check
 from gdpo_nemo.engines.nemo.estimators import AdvantageEstimator, create_estimator
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "local" / "tiny.yaml"
-SET_BY_GROUPS = {"experiment", "task", "model_tag", "algo", "estimator", "reward_components", "engine", "local"}
+SET_BY_GROUPS = {"experiment", "task", "model_tag", "algo", "estimator", "reward_components", "engine", "local", "computed_by"}
 
 
 def _nemo_settings(config: dict) -> EstimatorSettings:
@@ -24,7 +27,7 @@ def _nemo_settings(config: dict) -> EstimatorSettings:
     config["grpo"]["adv_estimator"]["name"] = "gdpo_no_bn" if config["gdpo"]["estimator"] == "gdpo_no_bn" else "grpo"
     built = create_estimator(config, lambda master: None)
     if built is None:  # NeMo RL's native estimator: the hook would not build ours
-        return EstimatorSettings.from_gdpo(config["gdpo"])
+        return EstimatorSettings.from_gdpo(config["gdpo"], nemo_engine=True)
     assert isinstance(built, AdvantageEstimator)
     return built.settings
 
@@ -51,8 +54,7 @@ def test_std_ddof_and_eps_default_to_the_presets_so_preset_trl_gives_trls_numeri
     local = resolve_and_check(cc.compose("gsm8k", "tiny", "gdpo", overrides=["gdpo.preset=trl"]))[0]
     nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", overrides=["gdpo.preset=trl"])
     for gdpo in (local["gdpo"], nemo["gdpo"]):
-        kwargs = EstimatorSettings.from_gdpo(gdpo).compute_kwargs()
-        options = resolve_options(kwargs["preset"], std_ddof=kwargs["std_ddof"], eps=kwargs["eps"])
+        options = EstimatorSettings.from_gdpo(gdpo).options
         # TRL: group eps 1e-4 and batch eps 1e-4 (before: group eps 1e-6 with TRL's batch eps)
         assert (options.std_ddof, options.eps, options.batch_norm_eps) == (1, 1e-4, 1e-4)
     plain = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g")
@@ -71,9 +73,9 @@ def test_estimator_options_are_set_from_the_gdpo_block_and_route_the_nemo_run_to
     key = override.split("=")[0].split(".")[1]
     nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", algo, cluster="nemo_1n1g", overrides=[override])
     assert cc.needs_our_estimator(nemo["gdpo"], nemo["env"]) is True
-    assert getattr(_nemo_settings(nemo), key) == value
+    assert getattr(_nemo_settings(nemo).options, key) == value
     local, _ = load_run_config(TINY, [f"gdpo.estimator={algo}", override])
-    assert EstimatorSettings.from_gdpo(local["gdpo"]).compute_kwargs()[key] == value
+    assert getattr(EstimatorSettings.from_gdpo(local["gdpo"]).options, key) == value
 
 
 def test_grpo_with_scale_rewards_none_is_nemo_rls_normalize_rewards_false():
@@ -84,9 +86,9 @@ def test_grpo_with_scale_rewards_none_is_nemo_rls_normalize_rewards_false():
 
 def test_strict_is_passed_to_the_estimator_on_both_engines():
     nemo = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", overrides=["gdpo.strict=true"])
-    assert _nemo_settings(nemo).compute_kwargs(nemo_engine=True)["strict"] is True
+    assert _nemo_settings(nemo).options.strict is True
     local, _ = load_run_config(TINY, ["gdpo.strict=true"])
-    assert EstimatorSettings.from_gdpo(local["gdpo"]).compute_kwargs()["strict"] is True
+    assert EstimatorSettings.from_gdpo(local["gdpo"]).options.strict is True
 
 
 @pytest.mark.parametrize(
@@ -125,7 +127,7 @@ def test_the_run_config_docs_table_is_the_settings_classes():
 
 
 def test_a_newly_registered_estimator_is_accepted_by_both_engines_configs_and_computed_by_ours():
-    from gdpo_nemo.advantages import ESTIMATORS, register_estimator, unregister_estimator
+    from gdpo_nemo.estimators import ESTIMATORS, register_estimator, unregister_estimator
 
     register_estimator("toy_centred", label="toy")(ESTIMATORS["grpo_no_std"].fn)
     try:
@@ -143,53 +145,71 @@ def test_a_newly_registered_estimator_is_accepted_by_both_engines_configs_and_co
 
 
 def test_the_option_values_the_settings_accept_are_the_estimators_own():
-    from gdpo_nemo import advantages
     from gdpo_nemo.config import settings
 
-    assert settings.PRESETS == tuple(advantages.PRESETS)
-    assert settings.SCALE_REWARDS == advantages.SCALE_REWARDS
+    assert settings.PRESETS == tuple(PRESETS)
     for value in settings.SINGLE_SAMPLE_GROUPS:
-        advantages.resolve_options(single_sample_groups=value)  # accepted there too
+        AdvantageOptions.resolve(single_sample_groups=value)  # accepted there too
+    for name in ("preset", "reward_weights", "leave_one_out", "std_ddof", "eps", "scale_rewards",
+                 "single_sample_groups", "strict"):
+        assert name in AdvantageOptions.names() and any(f.name == name for f in fields(settings.GdpoSettings)), name
 
 
-def _nemo_rl_paths(spec, prefix: str = "") -> set[str]:
-    """Every key path of gdpo_nemo.config.nemo_keys' tree (through Alt and ListOf)."""
-    from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf
-
-    if isinstance(spec, Alt):
-        return set().union(*(_nemo_rl_paths(option, prefix) for option in spec.options))
-    if isinstance(spec, ListOf):
-        return _nemo_rl_paths(spec.item, prefix)
-    if not isinstance(spec, dict):
-        return set()
+def _tree_paths_in(config: dict, leaves: dict, prefix: str = "") -> set[str]:
+    """The key paths of `config` down to the key tree's leaves (a leaf may hold a mapping)."""
     paths = set()
-    for key, item in spec.items():
-        if key in ("*", WHEN_ENABLED):
-            continue
-        path = prefix + key.rstrip("?")
-        paths |= {path} | _nemo_rl_paths(item, path + ".")
+    for key, value in config.items():
+        path = prefix + key
+        if isinstance(value, dict) and path not in leaves:
+            paths |= _tree_paths_in(value, leaves, path + ".")
+        else:
+            paths.add(path)
     return paths
 
 
-def test_every_nemo_rl_key_the_local_engine_knows_is_in_nemo_rls_key_tree():
-    from gdpo_nemo.config.nemo_keys import SCHEMA as NEMO_RL
-    from gdpo_nemo.engines.local.config import SCHEMA as LOCAL
+def test_the_key_tree_is_the_local_engines_only_list_of_nemo_rl_keys():
+    """From a config of nothing but a gdpo block, the local engine builds exactly the tree's
+    leaves it uses (at their defaults) and those it refuses (at their neutral values)."""
+    from gdpo_nemo.config import nemo_keys
+    from gdpo_nemo.engines.local.config import check_config
 
-    def paths(node, prefix=""):
-        found = set()
-        for key, item in node.items():
-            found |= {prefix + key} | (paths(item, prefix + key + ".") if isinstance(item, dict) else set())
-        return found
+    config, note = check_config({"gdpo": {}})
+    leaves = dict(nemo_keys.leaves())
+    used = {path for path, leaf in leaves.items() if leaf.fate == nemo_keys.USED}
+    refused = {path for path, leaf in leaves.items()
+               if leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT}
+    assert note is None
+    assert _tree_paths_in({k: v for k, v in config.items() if k != "gdpo"}, leaves) == used | refused
+    for path in used:
+        assert get_path(config, path) == leaves[path].default, path
+    assert config["gdpo"] == gdpo_defaults()
+    # the loss reads the used keys of loss_fn, no other
+    from gdpo_nemo.engines.local.loss import LossConfig
 
-    local = paths({key: item for key, item in LOCAL.items() if key != "gdpo"})
-    loader_keys = {"defaults", "data._override_"}  # read by the file loader, not by NeMo RL's classes
-    assert local - _nemo_rl_paths(NEMO_RL) == loader_keys
+    assert {f"loss_fn.{name}" for name in LossConfig.__dataclass_fields__} == {p for p in used if p.startswith("loss_fn.")}
+
+
+def test_the_local_engine_names_exactly_the_keys_the_tree_marks_ignored():
+    from gdpo_nemo.config import nemo_keys
+    from gdpo_nemo.config.validate import check_keys
+
+    composed = cc.compose("gsm8k", "tiny", "gdpo")
+    found = check_keys(composed, engine="local")
+    leaves = dict(nemo_keys.leaves())
+    assert found.problems == [] and len(found.ignored) > 20
+    for path in found.ignored:  # a key, or a section all of whose keys are ignored
+        under = [leaf for key, leaf in leaves.items() if key == path or key.startswith(path + ".")]
+        assert under and all(leaf.fate == nemo_keys.IGNORED for leaf in under), path
+    present = _tree_paths_in({k: v for k, v in composed.items() if k != "gdpo"}, leaves)
+    ignored_present = {path for path in present if path in leaves and leaves[path].fate == nemo_keys.IGNORED}
+    named = {path for path in ignored_present if any(path == i or path.startswith(i + ".") for i in found.ignored)}
+    assert named == ignored_present
 
 
 def test_the_local_engine_passes_the_gdpo_blocks_estimator_options_to_compute_advantages():
     import torch
 
-    from gdpo_nemo.advantages import compute_advantages
+    from gdpo_nemo.estimators import compute_advantages
     from gdpo_nemo.engines.local.trainer import advantages_for
 
     rewards = {"format": torch.tensor([1.0, 0.0, 1.0, 0.0]), "correctness": torch.tensor([0.0, 0.0, 1.0, 0.0])}

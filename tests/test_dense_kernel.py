@@ -1,4 +1,4 @@
-"""The fused CPU kernel of compute_advantages' dense path (gdpo_nemo.dense_kernel).
+"""The fused CPU kernel of compute_advantages' dense path (gdpo_nemo.estimators.kernel).
 
 It must give the general path's numbers (that path is held to the loop oracle and the
 peers elsewhere), check the group-id layout it relies on, hand every batch it cannot do
@@ -21,8 +21,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdpo_nemo import advantages, dense_kernel
-from gdpo_nemo.advantages import ESTIMATORS, compute_advantages
+from gdpo_nemo.estimators import AdvantageOptions, dense
+from gdpo_nemo.estimators import kernel as dense_kernel
+from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
 
 from tests.support.advantages_loop import loop_advantages
 
@@ -57,12 +58,12 @@ def _general(rewards: dict, groups: torch.Tensor, estimator: str, **options) -> 
 
 def _kernel(rewards: dict, groups: torch.Tensor, estimator: str, **options) -> torch.Tensor | None:
     """The kernel's own answer (None: it hands the batch to the general path)."""
-    opts = advantages.resolve_options(options.pop("preset", None), **options)
-    size = advantages._dense_group_size(groups, groups.shape[0], torch.device("cpu"), verify=False)
+    opts = AdvantageOptions.resolve(options.pop("preset", None), **options)
+    size = dense.dense_group_size(groups, groups.shape[0], torch.device("cpu"), verify=False)
     assert size is not None
     weights = torch.ones(len(rewards), dtype=torch.float64)
     columns = [v.double() for v in rewards.values()]
-    return advantages._kernel_advantages(columns, groups, size, ESTIMATORS[estimator], weights, opts)
+    return dense.kernel_advantages(columns, groups, size, ESTIMATORS[estimator], weights, opts)
 
 
 @settings(max_examples=60, deadline=None)
@@ -239,7 +240,7 @@ def _child_advantages(rewards, groups) -> bytes:
 
 def test_switched_off_by_the_environment():
     code = (
-        "import torch; from gdpo_nemo import dense_kernel; from gdpo_nemo.advantages import compute_advantages\n"
+        "import torch; from gdpo_nemo.estimators import kernel as dense_kernel, compute_advantages\n"
         "assert not dense_kernel.available()\n"
         "r = {'a': torch.tensor([1., 0, 0, 1]), 'b': torch.tensor([0., 1, 1, 1])}\n"
         "print(compute_advantages(r, torch.tensor([0, 0, 1, 1]), 'gdpo').tolist())\n"

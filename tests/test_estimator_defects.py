@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.estimators import compute_advantages
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def _torch_form_in_a_subprocess(scale, options, tmp_path):
     code = (
         "import sys, torch\n"
         "from tests.test_estimator_defects import _extreme_batch\n"
-        "from gdpo_nemo.advantages import compute_advantages\n"
+        "from gdpo_nemo.estimators import compute_advantages\n"
         f"a = compute_advantages(_extreme_batch({scale!r}), torch.arange(64).repeat_interleave(8), 'gdpo',"
         f" preset='nemo_rl', **{options!r})\n"
         f"torch.save(a, {str(out)!r})\n"

@@ -1,4 +1,4 @@
-"""Specification of the estimator registry (gdpo_nemo.advantages.register_estimator): an
+"""Specification of the estimator registry (gdpo_nemo.estimators.register_estimator): an
 estimator declared in one place, with its metadata, works everywhere that reads estimators
 (advantages, collapse counting, Fig. 2/3, figure labels and styles, table labels) and is
 refused cleanly where it cannot go (strict peer reproduction, TRL's batch scaling, a single
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gdpo_nemo.advantages import (
+from gdpo_nemo.estimators import (
     COLLAPSE_KINDS,
     ESTIMATORS,
     PlotStyle,
@@ -20,8 +20,8 @@ from gdpo_nemo.advantages import (
 )
 from gdpo_nemo.analysis.figures import _algo_order, algo_label, algo_style
 from gdpo_nemo.analysis.tables import runs_of
-from gdpo_nemo.collapse import KEYS_BY_KIND, count_advantage_groups, countable_estimators
-from gdpo_nemo.collapse_figures import fig2_table, fig3_counts, fig3_estimators
+from gdpo_nemo.estimators.collapse import KEYS_BY_KIND, count_advantage_groups, countable_estimators
+from gdpo_nemo.analysis.fig3 import fig2_table, fig3_counts, fig3_estimators
 
 BUILT_IN = ["grpo", "grpo_no_std", "gdpo_no_bn", "gdpo"]
 TOY_STYLE = PlotStyle("tab:red", "x", ":")

@@ -16,7 +16,7 @@ import pytest
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
-from gdpo_nemo.rundir import read_metrics
+from gdpo_nemo.runs.rundir import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 COMPONENTS = {"gsm8k": ["format", "correctness", "integer"], "toolcall": ["format", "correctness"]}

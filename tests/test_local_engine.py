@@ -22,7 +22,7 @@ import torch
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config
 from gdpo_nemo.engines.local.trainer import train
-from gdpo_nemo.rundir import read_metrics, read_metrics_file
+from gdpo_nemo.runs.rundir import read_metrics, read_metrics_file
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "local" / "tiny.yaml"
@@ -76,15 +76,15 @@ def test_unimplemented_algorithm_key_is_an_error_naming_key_and_accepted_value(o
 
 
 def test_unknown_key_is_an_error_listing_the_section_keys():
-    with pytest.raises(ValueError, match=r"unknown config key 'grpo.num_prompt_per_step'.*num_prompts_per_step"):
+    with pytest.raises(ValueError, match=r"grpo.num_prompt_per_step: unknown key; grpo accepts \[.*'num_prompts_per_step'"):
         tiny_config("+grpo.num_prompt_per_step=4")
 
 
 @pytest.mark.parametrize("override, message", [
-    ("grpo.num_generations_per_prompt=1", r"grpo.num_generations_per_prompt=1: expected an int >= 2"),
-    ("gdpo.estimator=ppo", r"gdpo.estimator='ppo': expected one of \['grpo', 'grpo_no_std', 'gdpo', 'gdpo_no_bn'\]"),
-    ("loss_fn.reference_policy_kl_type=k4", r"loss_fn.reference_policy_kl_type='k4'"),
-    ("policy.train_global_batch_size=3", r"policy.train_global_batch_size=3 must divide"),
+    ("grpo.num_generations_per_prompt=1", r"grpo.num_generations_per_prompt: 1 is not accepted; expected an int >= 2"),
+    ("gdpo.estimator=ppo", r"gdpo.estimator: 'ppo' is not accepted; expected one of \['grpo', 'grpo_no_std', 'gdpo', 'gdpo_no_bn'\]"),
+    ("loss_fn.reference_policy_kl_type=k4", r"loss_fn.reference_policy_kl_type: 'k4' is not accepted; expected one of \['k1', 'k2', 'k3'\]"),
+    ("policy.train_global_batch_size=3", r"policy.train_global_batch_size: 3 must divide"),
     ("policy.model_name=builtin:gpt5", r"policy.model_name='builtin:gpt5' is not a built-in model"),
 ])
 def test_bad_value_is_an_error_naming_the_key(override, message, tmp_path):
@@ -115,7 +115,7 @@ def test_yaml_exponent_floats_are_numbers_and_defaults_inheritance_works(tmp_pat
 
 
 def test_config_without_gdpo_block_is_an_error():
-    with pytest.raises(ValueError, match="no 'gdpo' block"):
+    with pytest.raises(ValueError, match="gdpo: missing; a run config needs the gdpo block"):
         check_config({"grpo": {}})
 
 
@@ -326,7 +326,25 @@ def test_train_command_reports_a_bad_key_in_one_line(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "gdpo-nemo train: error: loss_fn.use_cispo=True is not implemented by the local engine: accepted False"]
+        "gdpo-nemo train: error: loss_fn.use_cispo: True is not implemented by the local engine; accepted False"]
+
+
+def test_train_refuses_a_bad_config_with_the_nemo_paths_own_lines(tmp_path):
+    """`gdpo-nemo train` and the NeMo path (load_config_file: what the NeMo RL entry point
+    checks) walk the same key tree: the same bad keys get the same lines, all at once."""
+    from gdpo_nemo import config as cc
+
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(cc.dump(cc.compose("gsm8k", "tiny", "gdpo")))
+    bad = ["+grpo.num_prompt_per_step=4", "loss_fn.ratio_clip_min=wide", "gdpo.eps=-1"]
+    with pytest.raises(cc.ConfigError) as nemo_path:
+        cc.load_config_file(run_yaml, bad)
+    assert len(nemo_path.value.problems) == 3
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(run_yaml),
+                           "--run-dir", str(tmp_path / "run"), *bad], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"gdpo-nemo train: error: {nemo_path.value}"
 
 
 def test_run_dir_config_is_the_resolved_config(tmp_path):
@@ -351,7 +369,7 @@ def test_tiny_model_is_seeded_and_small():
 
 
 def test_training_with_wandb_offline_mirrors_metrics_jsonl_in_the_run_dir(tmp_path, monkeypatch):
-    from gdpo_nemo.tracking import read_wandb_history
+    from gdpo_nemo.runs.tracking import read_wandb_history
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")

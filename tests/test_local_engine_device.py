@@ -16,13 +16,13 @@ from test_local_engine import (REPO, TASK_COMPONENTS, TASK_RUNS, VARYING, sigkil
                                without_timing)
 from test_local_engine_loss import _prompts
 
-from gdpo_nemo.advantages import ESTIMATORS, compute_advantages
-from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
+from gdpo_nemo.estimators.collapse import distinct_advantage_groups, zero_std_fraction
 from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.generation import sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.models import build_tiny_model
 from gdpo_nemo.engines.local.trainer import train
-from gdpo_nemo.rundir import read_metrics
+from gdpo_nemo.runs.rundir import read_metrics
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (marked gpu)")
@@ -56,9 +56,9 @@ def test_cuda_device_without_cuda_is_an_error_naming_the_key(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("gdpo.local.device=tpu", r"gdpo.local.device='tpu': expected one of \['cpu', 'cuda', 'auto'\]"),
-    ("gdpo.local.autocast=float16", r"gdpo.local.autocast='float16': expected one of \[None, 'bfloat16'\]"),
-    ("gdpo.local.dtype=float16", r"gdpo.local.dtype='float16': expected one of \['float32', 'bfloat16'\]"),
+    ("gdpo.local.device=tpu", r"gdpo.local.device: 'tpu' is not accepted; expected one of \['cpu', 'cuda', 'auto'\]"),
+    ("gdpo.local.autocast=float16", r"gdpo.local.autocast: 'float16' is not accepted; expected one of \[None, 'bfloat16'\]"),
+    ("gdpo.local.dtype=float16", r"gdpo.local.dtype: 'float16' is not accepted; expected one of \['float32', 'bfloat16'\]"),
 ])
 def test_bad_device_or_precision_is_an_error_naming_the_key_and_the_choices(override, message):
     with pytest.raises(ValueError, match=message):

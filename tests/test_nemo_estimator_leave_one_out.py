@@ -18,7 +18,7 @@ from gdpo_nemo.engines.nemo.estimators import AdvantageEstimator, create_estimat
 def test_leave_one_out_runs_use_our_estimator_and_log_why(algo, capsys):
     config = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", algo, overrides=["gdpo.leave_one_out=true"])
     ours = create_estimator(config, lambda master: pytest.fail("NeMo RL's estimator must not be built"))
-    assert isinstance(ours, AdvantageEstimator) and ours.settings.leave_one_out
+    assert isinstance(ours, AdvantageEstimator) and ours.settings.options.leave_one_out
     assert "leave-one-out" in capsys.readouterr().out
 
 

@@ -1,7 +1,7 @@
 """Specification of the NeMo RL plugin's pure layer (no NeMo RL, no Ray needed).
 
 Scoring (environment logic over the reward registry), the estimator adapter (NeMo RL's
-`compute_advantage` call mapped onto gdpo_nemo.advantages), rollout metrics and collapse
+`compute_advantage` call mapped onto gdpo_nemo.estimators), rollout metrics and collapse
 diagnostics, the metrics.jsonl writer, the data processors (DatumSpec dicts), the hook
 wrappers, and the entry point up to the point where NeMo RL would start.
 
@@ -24,9 +24,10 @@ import pytest
 import torch
 
 from gdpo_nemo import config as cc
-from gdpo_nemo.advantages import compute_advantages
+from gdpo_nemo.estimators import compute_advantages
 from gdpo_nemo.commands import nemo_run
 from gdpo_nemo.config.settings import EstimatorSettings
+from gdpo_nemo.estimators import AdvantageOptions
 from gdpo_nemo.engines.nemo import data, metrics, plugin, run
 from gdpo_nemo.engines.nemo.estimators import (
     AdvantageEstimator,
@@ -170,7 +171,8 @@ def test_gdpo_no_bn_adapter_returns_hand_checked_token_level_advantages():
 
 def test_adapter_matches_compute_advantages_for_weighted_grpo_with_token_batch_norm_off():
     prompt_ids, batch = _batch([1, 0, 1, 0, 0, 1], [0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 2, 2])
-    settings = EstimatorSettings(estimator="grpo", components=("b", "a"), reward_weights={"a": 1.0, "b": 0.5})
+    settings = EstimatorSettings(estimator="grpo", components=("b", "a"),
+                                 options=AdvantageOptions.resolve("nemo_rl", reward_weights={"a": 1.0, "b": 0.5}))
     adv = AdvantageEstimator(settings).compute_advantage(prompt_ids, None, torch.ones(6, 3), repeated_batch=batch)
     expected = compute_advantages({"a": batch["reward/a"], "b": batch["reward/b"]}, torch.tensor([0, 0, 1, 1, 2, 2]),
                                   "grpo", reward_weights={"a": 1.0, "b": 0.5})
@@ -416,7 +418,7 @@ def _write_config(tmp_path, **kwargs) -> Path:
 
 
 def _entry(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gdpo_nemo.engines.nemo.run", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gdpo_nemo.commands.nemo_run", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 

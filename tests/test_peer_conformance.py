@@ -41,7 +41,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gdpo_nemo.advantages import compute_advantages  # noqa: E402
+from gdpo_nemo.estimators import compute_advantages  # noqa: E402
 
 TOL = 1e-5
 NAN = float("nan")

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.analysis.sources import load_directory
-from gdpo_nemo.tracking import Tracker
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.tracking import Tracker
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "configs" / "local" / "tiny.yaml"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 
 def test_name_and_group():

@@ -11,7 +11,7 @@ import yaml
 from gdpo_nemo.config.compose import compose, load_config_file
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.engines.local.config import load_run_config
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = (("logger", "log_dir"), ("logger", "wandb", "name"), ("logger", "wandb", "group"), ("checkpointing", "checkpoint_dir"))

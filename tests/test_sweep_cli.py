@@ -13,7 +13,7 @@ import yaml
 
 from gdpo_nemo import cli
 from gdpo_nemo.config import load_experiment
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.manifest import Manifest
 from gdpo_nemo.sweep.plan import RunPlan, SweepLayout, write_plans
 from gdpo_nemo.sweep.profiles import PROFILE_DIR
@@ -72,7 +72,7 @@ def test_dry_run_of_each_paper_experiment_on_the_example_profile(experiment, tmp
         assert sbatch["job-name"] == run_id.name
         assert exported(script, "COMMAND") == (
             f"cd {Path.cwd()} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} uv run --project"
-            f" /lustre/fsw/my_account/nemo-rl python -m gdpo_nemo.engines.nemo.run --config {config_path}")
+            f" /lustre/fsw/my_account/nemo-rl python -m gdpo_nemo.commands.nemo_run --config {config_path}")
         assert script.rstrip().endswith("\nexec bash /lustre/fsw/my_account/nemo-rl/ray.sub")
         assert exported(script, "WANDB_NAME") == config["logger"]["wandb"]["name"] == run_id.name
         assert exported(script, "WANDB_RUN_GROUP") == config["logger"]["wandb"]["group"] == run_id.group

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import parse_profile
 from gdpo_nemo.sweep.render import REPO_ROOT, container_mounts, fill, nemo_command, render_script
 
@@ -95,7 +95,7 @@ def test_nemo_job_runs_ray_sub_from_the_checkout_with_our_entry_point_as_command
     config = SWEEP / "configs" / f"{RUN.name}.yaml"
     assert exported(script, "COMMAND") == (
         f"cd {WORKDIR} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} "
-        f"uv run --project /lustre/me/nemo-rl python -m gdpo_nemo.engines.nemo.run --config {config}"
+        f"uv run --project /lustre/me/nemo-rl python -m gdpo_nemo.commands.nemo_run --config {config}"
     )
     assert exported(script, "CONTAINER") == "/lustre/images/nemo-rl-7ea279ab.sqsh"
     assert exported(script, "GPUS_PER_NODE") == "8"
@@ -134,7 +134,7 @@ def test_mounts_add_checkout_repo_sweep_and_work_dirs_only_where_no_mount_covers
 
 
 def test_nemo_launcher_is_the_profiles():
-    assert " srun-python -m gdpo_nemo.engines.nemo.run " in nemo_command(
+    assert " srun-python -m gdpo_nemo.commands.nemo_run " in nemo_command(
         profile(NEMO, nemo_launcher="srun-python"), Path("/c.yaml"), WORKDIR
     )
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo.rundir import read_metrics, read_metrics_file
-from gdpo_nemo.tracking import (
+from gdpo_nemo.runs.rundir import read_metrics, read_metrics_file
+from gdpo_nemo.runs.tracking import (
     INIT_TIMEOUT_ENV,
     Tracker,
     WandbUnavailable,
@@ -89,7 +89,7 @@ def test_the_analysis_reads_metrics_files_as_the_engines_do(tmp_path):
     # keeps, and reports the lines both skip.
     from gdpo_nemo.analysis.frame import RunLog
     from gdpo_nemo.analysis.sources import read_metrics_jsonl
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs.run_id import RunId
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "x": 1}\n{"step": 2, "x"\n{"step": 3, "x": 3}\n')
@@ -264,7 +264,7 @@ def test_report_from_an_unreachable_wandb_source_says_so_in_one_line(tmp_path, m
 def test_nemo_rls_own_wandb_logger_is_sent_offline_when_the_server_does_not_answer(tmp_path, monkeypatch):
     import os
 
-    from gdpo_nemo.tracking import settle_external_wandb
+    from gdpo_nemo.runs.tracking import settle_external_wandb
 
     _unreachable_wandb(monkeypatch)
     lines = []

@@ -29,9 +29,9 @@ import json
 import re
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import RunLog, to_number
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 
 EVAL_FILE = re.compile(r"^step_(\d+)\.json$")
 BFCL_OVERALL = {

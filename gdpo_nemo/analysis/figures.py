@@ -4,7 +4,7 @@
   total (``train/reward``), one line per algo (mean over seeds) with a band of +-1 std
   over seeds, as the paper's tool-calling, GSM8K and math training figures.
 - `plot_diagnostics`: ``train/adv/distinct_groups`` and ``train/adv/zero_std_frac/<name>``.
-- `fig3`: paper Fig. 3 from `gdpo_nemo.collapse_figures` (counts cached as JSON).
+- paper Fig. 2-3: gdpo_nemo.analysis.fig3.
 
 Figures are sized for print (7.2 in wide at most, fonts >= 8 pt, lines 1.6 pt) and written
 as PNG (200 dpi) and PDF. Curves are smoothed by a trailing rolling mean over `smooth`
@@ -39,14 +39,14 @@ def _pyplot():
     return plt
 
 
-# The registry (gdpo_nemo.advantages) is imported inside these functions: it imports torch,
+# The registry (gdpo_nemo.estimators) is imported inside these functions: it imports torch,
 # which loading a report's modules does not otherwise need.
 
 
 def algo_label(algo: str) -> str:
     """Display name of an algo: the registered estimator's label (GRPO, GDPO w/o BN, ...),
     else the algo itself."""
-    from gdpo_nemo.advantages import ESTIMATORS
+    from gdpo_nemo.estimators import ESTIMATORS
 
     info = ESTIMATORS.get(algo)
     return algo if info is None else info.label
@@ -55,7 +55,7 @@ def algo_label(algo: str) -> str:
 def algo_style(algo: str, index: int):
     """The `PlotStyle` of an algo: its registered estimator's, else a colour picked by its
     `index` in the legend (0-based), marker "o", dash-dot line."""
-    from gdpo_nemo.advantages import ESTIMATORS, PlotStyle
+    from gdpo_nemo.estimators import ESTIMATORS, PlotStyle
 
     info = ESTIMATORS.get(algo)
     if info is not None and info.style is not None:
@@ -65,7 +65,7 @@ def algo_style(algo: str, index: int):
 
 def _algo_order(algos) -> list[str]:
     """Registered estimators first, in registration order (the paper's), then the rest sorted."""
-    from gdpo_nemo.advantages import ESTIMATORS
+    from gdpo_nemo.estimators import ESTIMATORS
 
     known = [a for a in ESTIMATORS if a in algos]
     return known + sorted(a for a in algos if a not in known)
@@ -185,23 +185,3 @@ def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = No
         paths += plot_panels(part, metrics, out_dir / f"advantage_groups__{experiment}__{task}__{model}",
                              title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels)
     return paths
-
-
-def fig3(out_dir: Path, *, counts_path: Path | None = None, samples: int = 20_000, progress: bool = True) -> list[Path]:
-    """Paper Fig. 3 into `out_dir` from `gdpo_nemo.collapse_figures`.
-
-    Reuses the counts JSON at `counts_path` (or ``out_dir/fig3_advantage_groups.json``) when
-    it exists; else counts (exact where small, `samples` random groups where not) and saves it.
-    """
-    from gdpo_nemo.collapse_figures import fig3_counts, plot_fig3
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "fig3_advantage_groups.json"
-    source = next((p for p in (counts_path, target) if p is not None and Path(p).exists()), None)
-    if source is not None:
-        counts = json.loads(Path(source).read_text())
-    else:
-        counts = fig3_counts(samples=samples, progress=progress)
-    if source != target:
-        target.write_text(json.dumps(counts, indent=1) + "\n")
-    return [target, *plot_fig3(counts, out_dir / "fig3_advantage_groups")]

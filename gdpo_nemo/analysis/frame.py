@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 METRIC_COLUMNS = ["run_id", "experiment", "task", "model", "algo", "seed", "step", "metric", "value"]
 RUN_COLUMNS = [

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import PROBLEM_COLUMNS, Dataset, _compact, assemble
+from gdpo_nemo.runs import rundir
 
 CACHE_VERSION = 1
 DEFAULT_CACHE = Path(".cache") / "analysis"

@@ -8,7 +8,7 @@ their metrics.jsonl records here:
     summary_table   summary.md: first / final per-reward values of both methods, wall times
 
 `histories` maps a method's label ("GDPO", "GRPO") to its run's records in step order
-(`gdpo_nemo.rundir.read_metrics`); `names` are the reward components.
+(`gdpo_nemo.runs.rundir.read_metrics`); `names` are the reward components.
 """
 
 from __future__ import annotations

@@ -25,12 +25,12 @@ import json
 import re
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.analysis import evals
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 
 _TRAIN_DATA = re.compile(r"^train_data_step(\d+)\.jsonl$")
 _SKIP_DIRS = {*rundir.NON_RUN_DIRS, ".git", "__pycache__"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gdpo_nemo.advantages import estimator_info
+from gdpo_nemo.estimators import estimator_info
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
 from gdpo_nemo.analysis.stats import summarize

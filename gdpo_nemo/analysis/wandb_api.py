@@ -17,7 +17,7 @@ and `extra_filters` adds raw MongoDB-style W&B filters.
 from __future__ import annotations
 
 from gdpo_nemo.analysis.frame import RunLog
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 _STATES = {"finished": "finished", "running": "unfinished", "crashed": "crashed", "failed": "crashed", "killed": "crashed"}
 

@@ -1,6 +1,6 @@
 """Runs from W&B offline run files (``wandb/offline-run-*/run-<id>.wandb``).
 
-The file format and its items are decoded by `gdpo_nemo.tracking.iter_wandb_messages` and
+The file format and its items are decoded by `gdpo_nemo.runs.tracking.iter_wandb_messages` and
 `wandb_items` (the module that writes these runs, and the one decoder); read here: the ``run`` record (name, group, config), ``config``
 updates, ``history`` records (one per logged step, ``_step`` among its items) and the
 ``exit`` record.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gdpo_nemo.analysis.frame import RunLog
-from gdpo_nemo.run_id import RunId
-from gdpo_nemo.tracking import iter_wandb_messages, wandb_items
+from gdpo_nemo.runs.run_id import RunId
+from gdpo_nemo.runs.tracking import iter_wandb_messages, wandb_items
 
 
 def read_offline_run(path: str | Path) -> RunLog:

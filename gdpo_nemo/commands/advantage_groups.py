@@ -1,6 +1,6 @@
 """`gdpo-nemo advantage-groups`: count distinct advantage groups for (estimator, n, G).
 
-The counting is gdpo_nemo.collapse.count_advantage_groups; this module reads the flags and
+The counting is gdpo_nemo.estimators.collapse.count_advantage_groups; this module reads the flags and
 prints the table (or one JSON object per estimator with ``--json``).
 """
 
@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Count each estimator's distinct groups and print them; an unknown estimator raises
     ValueError (exit 2)."""
-    from gdpo_nemo.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
-    from gdpo_nemo.collapse_figures import fig3_estimators
+    from gdpo_nemo.estimators.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
+    from gdpo_nemo.analysis.fig3 import fig3_estimators
 
     max_enumerate = DEFAULT_MAX_ENUMERATE if args.max_enumerate is None else args.max_enumerate
     rows = [

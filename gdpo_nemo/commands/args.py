@@ -61,7 +61,7 @@ def report_error(prog: str, message: object, code: int = BAD_INPUT) -> int:
     """Print ``<prog>: error: <message>`` on stderr (argparse's own form for usage errors)
     and return ``code``, so a command ends with ``return report_error(...)``.
 
-    ``prog`` is the command as typed: ``gdpo-nemo sweep``, ``python -m gdpo_nemo.engines.nemo.run``.
+    ``prog`` is the command as typed: ``gdpo-nemo sweep``, ``python -m gdpo_nemo.commands.nemo_run``.
     """
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code

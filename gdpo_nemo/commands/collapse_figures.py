@@ -1,6 +1,6 @@
 """`gdpo-nemo collapse-figures [--out paper_figures/]`: paper Fig. 2's table and Fig. 3.
 
-The files and what they hold: gdpo_nemo.collapse_figures (write_collapse_figures).
+The files and what they hold: gdpo_nemo.analysis.fig3 (write_collapse_figures).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the figures into --out and print each written path."""
-    from gdpo_nemo.collapse_figures import write_collapse_figures
+    from gdpo_nemo.analysis.fig3 import write_collapse_figures
 
     for path in write_collapse_figures(Path(args.out), samples=args.samples, max_enumerate=args.max_enumerate):
         print(path)

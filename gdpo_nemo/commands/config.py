@@ -9,7 +9,7 @@
 NeMo RL's schema, then, for a nemo-engine config where NeMo RL can be imported, NeMo RL's own
 loader and MasterConfig: gdpo_nemo.engines.nemo.validation); any
 `key=value` that is not task/model/algo/cluster/seed/experiment is a Hydra override. The
-YAML is what `python -m gdpo_nemo.engines.nemo.run --config FILE` and `gdpo-nemo train
+YAML is what `python -m gdpo_nemo.commands.nemo_run --config FILE` and `gdpo-nemo train
 --config FILE` take.
 """
 

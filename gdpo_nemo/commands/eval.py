@@ -64,8 +64,8 @@ def _files(pairs: list) -> dict:
 def _run_id(out: Path, given: str | None) -> str | None:
     if given:
         return given
-    from gdpo_nemo import rundir
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs import rundir
+    from gdpo_nemo.runs.run_id import RunId
 
     try:
         config = rundir.read_config(out)
@@ -79,7 +79,7 @@ def _unreadable_rows(out: Path, benchmark: str, step: int) -> int:
     they say nothing of it)."""
     import json
 
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
 
     try:
         payload = json.loads(rundir.eval_file(out, benchmark, step).read_text())

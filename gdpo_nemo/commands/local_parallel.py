@@ -1,6 +1,10 @@
-"""Front end of ``python -m gdpo_nemo.engines.local.parallel EXPERIMENT [--out DIR]
-[--jobs N] [--only KEY=VALUE ...] [--smoke] [key=value ...]``: the flags, the error lines and
-the exit codes; what runs is gdpo_nemo.engines.local.parallel (plan_runs, run_all)."""
+"""``python -m gdpo_nemo.commands.local_parallel EXPERIMENT [--out DIR] [--jobs N]
+[--only KEY=VALUE ...] [--smoke] [key=value ...]``: an experiment's runs on this machine,
+several local-engine processes at a time (scripts/gpu_study.sh, docs/gpu.md).
+
+This module is the command: its flags, error lines and exit codes; what runs is
+gdpo_nemo.engines.local.parallel (plan_runs, prepare_shared, run_all), whose docstring
+says what happens, step by step."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 from gdpo_nemo.commands.sweep import only_filters
 from gdpo_nemo.engines.local import parallel
 
-PROG = f"python -m {parallel.MODULE}"
+PROG = f"python -m {parallel.COMMAND_MODULE}"  # this module, as typed (never "__main__")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

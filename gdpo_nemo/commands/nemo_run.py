@@ -1,5 +1,8 @@
-"""Front end of ``python -m gdpo_nemo.engines.nemo.run --config CFG.yaml [--dry-run]
-[--run-grpo PATH] [overrides]``: the flags, the error lines and the exit codes; what runs is
+"""``python -m gdpo_nemo.commands.nemo_run --config CFG.yaml [--dry-run] [--run-grpo PATH]
+[overrides]``: one NeMo RL GRPO run of a gdpo_nemo run config, in this process (what the
+rendered Slurm jobs call, gdpo_nemo.sweep.render.NEMO_ENTRY_POINT; docs/nemo_rl.md).
+
+This module is the command: its flags, error lines and exit codes; what runs is
 gdpo_nemo.engines.nemo.run (load_nemo_config, find_run_grpo, launch)."""
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import sys
 from gdpo_nemo.commands.args import BAD_INPUT, report_error
 from gdpo_nemo.engines.nemo import run
 
-PROG = "python -m gdpo_nemo.engines.nemo.run"
+PROG = "python -m gdpo_nemo.commands.nemo_run"
 
 
 def _parser() -> argparse.ArgumentParser:

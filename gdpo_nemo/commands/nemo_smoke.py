@@ -83,7 +83,7 @@ def _run_dir(args, config: dict) -> Path:
 
 
 def _summary(run_dir: Path, out) -> None:
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
 
     records = rundir.read_metrics(run_dir)
     keys = ("train/loss", "train/reward", "train/grad_norm", "timing/train/total_step_time")

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def default_run_dir(config: dict) -> Path:
     """`<logger.log_dir>/<run id>`: where a run goes without --run-dir."""
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs.run_id import RunId
 
     return Path(config["logger"]["log_dir"]) / RunId.from_config(config).name
 

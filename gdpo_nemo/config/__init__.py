@@ -9,8 +9,10 @@ One module per concern:
   override grammar (Hydra's) both engines use.
 - `validate`: the whole config checked once, before any work, every problem by key path.
 - `experiments`: ``experiments/<name>.yaml`` -> `RunSpec` values.
-- `nemo_keys`: NeMo RL's key tree, written down once and held to NeMo RL's own classes by
-  tests/nemo_tier/test_schema_parity.py.
+- `nemo_keys`: the key tree, written down once: NeMo RL's keys (held to NeMo RL's own
+  classes by tests/nemo_tier/test_schema_parity.py), each with its type, its fate on the local
+  engine and the default that engine fills in, plus the gdpo block; and the one walker both
+  engines check a config with.
 
 The API the sweep, the CLI and the engines use::
 
@@ -22,7 +24,7 @@ The API the sweep, the CLI and the engines use::
     load_config_file(path, overrides=()) -> dict   # a user's own YAML, NeMo RL style
 
 Nothing here imports NeMo RL; torch only when a config names an estimator to check
-(gdpo_nemo.advantages holds the estimator registry).
+(gdpo_nemo.estimators holds the estimator registry).
 """
 
 from __future__ import annotations

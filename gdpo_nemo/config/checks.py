@@ -1,9 +1,9 @@
 """Value checks of config keys: each check returns None when a value is fine, else a phrase
 saying what would be accepted ("an int >= 1 or null"), for messages such as
-``gdpo.eps=-1: expected a number >= 0.0 or null``.
+``gdpo.eps: -1 is not accepted; expected a number >= 0.0 or null``.
 
-The settings classes (`gdpo_nemo.config.settings`) and the local engine's table of NeMo RL
-keys (`gdpo_nemo.engines.local.config`) build their checks from these.
+The settings classes (`gdpo_nemo.config.settings`) and the local engine's ranges of NeMo RL
+keys in the key tree (`gdpo_nemo.config.nemo_keys`) build their checks from these.
 """
 
 from __future__ import annotations

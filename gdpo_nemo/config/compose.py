@@ -143,7 +143,7 @@ def load_config_file(path, overrides: Sequence[str] = ()) -> dict:
     apply Hydra-grammar overrides, resolve interpolations, fill the gdpo keys the file
     leaves out with their defaults (gdpo_nemo/config/settings.py) and validate.
 
-    This is what `python -m gdpo_nemo.engines.nemo.run --config PATH [overrides]` checks
+    This is what `python -m gdpo_nemo.commands.nemo_run --config PATH [overrides]` checks
     before anything launches. Returns a plain dict; raises ConfigError.
     """
     config = to_plain(apply_overrides(to_plain(read_with_inheritance(path)), overrides))

@@ -4,7 +4,7 @@
 ``grpo.use_leave_one_out_baseline``) restate gdpo.estimator in NeMo RL's terms; the logger
 and checkpoint directories and W&B names come from the run id. `needs_our_estimator` says
 whether NeMo RL's native estimator can compute what the gdpo block asks (else the plugin's
-hook computes with ``gdpo_nemo.advantages``). Nothing here imports torch or NeMo RL.
+hook computes with ``gdpo_nemo.estimators``). Nothing here imports torch or NeMo RL.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Iterable, Mapping
 from gdpo_nemo.config.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import TASKS, estimator_registry
-from gdpo_nemo.rundir import checkpoints_dir
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.rundir import checkpoints_dir
+from gdpo_nemo.runs.run_id import RunId
 
 __all__ = [
     "DATASET_CLASS",
@@ -28,6 +28,7 @@ __all__ = [
     "RUNS_DIR_ENV",
     "adv_estimator_for",
     "derive",
+    "estimator_decision",
     "drop_unread_data_paths",
     "get_path",
     "needs_our_estimator",
@@ -53,6 +54,7 @@ DERIVED_KEYS = (
     "logger.wandb.name",
     "logger.wandb.group",
     "checkpointing.checkpoint_dir",
+    "gdpo.computed_by",
 )
 RUNS_DIR_ENV = "GDPO_RUNS_DIR"
 
@@ -75,7 +77,7 @@ def our_env_blocks(config: Mapping) -> dict:
 
 def needs_our_estimator(gdpo: Mapping, env_blocks: Mapping | None = None) -> bool:
     """Whether NeMo RL's native estimators cannot express the gdpo block (then the plugin's
-    hook computes the advantages with gdpo_nemo.advantages). An estimator whose registry
+    hook computes the advantages with gdpo_nemo.estimators). An estimator whose registry
     entry has no NeMo RL equivalent (``EstimatorInfo.nemo_rl`` None) is always ours.
 
     Native: grpo, grpo_no_std (grpo without normalization, also grpo with scale_rewards
@@ -106,6 +108,24 @@ def needs_our_estimator(gdpo: Mapping, env_blocks: Mapping | None = None) -> boo
     if any((block or {}).get("on_data_error") == "nan" for block in (env_blocks or {}).values()):
         return True  # NaN rewards poison NeMo RL's estimators; ours leave them out
     return False
+
+
+LEAVE_ONE_OUT_REASON = (
+    "leave-one-out: NeMo RL's float32 std (E[x^2] - E[x]^2) of group-mates that all share a reward is float"
+    " residue, not 0, and dividing by it gives advantages up to ~1e4-1e6; gdpo_nemo's is exactly 0"
+    " (docs/estimators.md)"
+)
+
+
+def estimator_decision(gdpo: Mapping, env_blocks: Mapping | None = None) -> tuple[str, str]:
+    """("nemo_rl" | "gdpo_nemo", why): whose estimator computes a NeMo RL run's advantages.
+    The one decision: the composer writes it into gdpo.computed_by, validation checks a
+    hand-set value against it, and the plugin's hook reads it."""
+    if needs_our_estimator(gdpo, env_blocks):
+        return "gdpo_nemo", "NeMo RL's own estimators cannot compute what the gdpo block asks"
+    if gdpo.get("leave_one_out", False):
+        return "gdpo_nemo", LEAVE_ONE_OUT_REASON
+    return "nemo_rl", "NeMo RL's own estimator computes the gdpo block as asked"
 
 
 def _close(a, b) -> bool:
@@ -181,6 +201,7 @@ def derive(config: dict, keep: Iterable[str]) -> None:
         "logger.wandb.name": run_id.name,
         "logger.wandb.group": run_id.group,
         "checkpointing.checkpoint_dir": str(checkpoints_dir(run_dir)),
+        "gdpo.computed_by": estimator_decision(gdpo, our_env_blocks(config))[0],
     }
     for path in DERIVED_KEYS:
         if not kept(path):

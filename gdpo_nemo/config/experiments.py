@@ -2,7 +2,7 @@
 
 An experiment file holds a description, optional defaults (``cluster``, ``seeds``,
 ``overrides``) and ``runs``: blocks, each the product of its tasks x models x algos x seeds.
-Each run is named by ``gdpo_nemo.run_id.RunId``; two runs with one name are refused.
+Each run is named by ``gdpo_nemo.runs.run_id.RunId``; two runs with one name are refused.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from gdpo_nemo.config.checks import is_int
 from gdpo_nemo.config.compose import compose, group_options, hydra_compose
 from gdpo_nemo.config.errors import ConfigError, first_line
 from gdpo_nemo.config.files import config_dir, experiments_dir
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 
 __all__ = ["RunSpec", "list_experiments", "load_experiment"]
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from gdpo_nemo.config.errors import ConfigError
 # The one serialization of a config, under the name this package's API has always used.
-from gdpo_nemo.rundir import config_yaml as dump
+from gdpo_nemo.runs.rundir import config_yaml as dump
 
 __all__ = ["REPO_ROOT", "config_dir", "dump", "experiments_dir", "read_config_file", "read_with_inheritance", "to_plain"]
 

@@ -1,6 +1,6 @@
 """The run id's algo label follows the method the config runs (issue 24, item 3).
 
-`gdpo.algo` names the run (run dir, W&B name and group, checkpoint dir: gdpo_nemo.run_id).
+`gdpo.algo` names the run (run dir, W&B name and group, checkpoint dir: gdpo_nemo.runs.run_id).
 The presets of ``configs/algo/`` each fix the method behind a label: `gdpo.estimator` and
 `gdpo.reward_weights` (METHOD_KEYS). When an override changes the method while the label
 still names a preset that says otherwise (``algo=gdpo gdpo.estimator=grpo``), a run labelled
@@ -98,7 +98,7 @@ def auto_label(gdpo: dict) -> str:
 
 def _relabel(config: dict, old: str, new: str) -> None:
     """Set gdpo.algo to `new`, and rename the `old` run id's name and group in NAMED_KEYS."""
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs.run_id import RunId
 
     try:
         before = RunId.from_config(config)

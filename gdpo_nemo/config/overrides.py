@@ -48,7 +48,8 @@ def apply_overrides(config: dict, overrides: Iterable[str], *, settable: Callabl
     """A copy of `config` (a plain dict, interpolations kept) with `overrides` applied.
 
     settable: keys that a plain `key=value` may set although the config lacks them (the
-    local engine's table of NeMo RL keys, whose defaults fill a missing key later); without
+    local engine: the key tree's keys, config.nemo_keys, whose defaults fill a missing key
+    later); without
     it a plain override of a missing key is an error, as in Hydra.
     Raises ConfigError naming the override at fault and why.
     """

@@ -7,12 +7,12 @@ engine fills missing keys from here, the NeMo RL hook builds its estimator from 
 (`EstimatorSettings`), and validation checks each key with the check written beside it.
 
 A ``null`` numeric option means "the preset's": ``std_ddof``, ``eps`` and
-``single_sample_groups`` take the value of ``gdpo.preset`` (``gdpo_nemo.advantages.PRESETS``:
+``single_sample_groups`` take the value of ``gdpo.preset`` (``gdpo_nemo.estimators.PRESETS``:
 nemo_rl std_ddof 1, eps 1e-6; trl 1, 1e-4; verl 1, 1e-6), so ``preset: trl`` alone gives
 TRL's numerics.
 
 Nothing here imports torch until an estimator name is checked: the estimator registry
-(gdpo_nemo.advantages.ESTIMATORS) is the one list of estimators and is read live.
+(gdpo_nemo.estimators.ESTIMATORS) is the one list of estimators and is read live.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
-from gdpo_nemo.config.checks import Check, boolean, integer, is_number, mapping, number, one_of, text
+from gdpo_nemo.config.checks import Check, boolean, integer, mapping, number, one_of, text
+from gdpo_nemo.estimators.options import (
+    BATCH_NORMS,
+    PRESETS as _PRESET_NUMERICS,
+    SCALE_REWARDS,
+    SINGLE_SAMPLE_GROUPS,
+    AdvantageOptions,
+    weights_problem,
+)
 
 __all__ = [
     "BATCH_NORMS",
@@ -42,20 +50,17 @@ __all__ = [
     "setting_table",
 ]
 
-# gdpo_nemo.advantages' PRESETS keys, SCALE_REWARDS and single-sample policies, restated so
-# that composing a config needs no torch (tests/test_configs_settings.py keeps them equal).
-PRESETS = ("nemo_rl", "trl", "verl")
+# The estimators' own option values (gdpo_nemo.estimators.options, torch-free).
+PRESETS = tuple(_PRESET_NUMERICS)
 TASKS = ("toolcall", "gsm8k", "math", "code")
 ENGINES = ("local", "nemo")
-BATCH_NORMS = ("sample", "token")
-SCALE_REWARDS = ("group", "batch", "none")
-SINGLE_SAMPLE_GROUPS = ("raise", "zero")
+COMPUTED_BY = ("nemo_rl", "gdpo_nemo")
 
 
 def estimator_registry():
-    """{name: EstimatorInfo} of gdpo_nemo.advantages' registry, the one list of estimators
+    """{name: EstimatorInfo} of gdpo_nemo.estimators' registry, the one list of estimators
     (imported on first use: it imports torch)."""
-    from gdpo_nemo.advantages import ESTIMATORS
+    from gdpo_nemo.estimators import ESTIMATORS  # with the built-ins registered
 
     return ESTIMATORS
 
@@ -85,9 +90,8 @@ def _components_check(value) -> str | None:
 
 
 def _weights_check(value) -> str | None:
-    if value is None or (isinstance(value, dict) and all(is_number(w) for w in value.values())):
-        return None
-    return "a mapping {component: number} or null"
+    problem = weights_problem(value)
+    return None if problem is None else problem.split(", got")[0]
 
 
 def setting(default: Any, meaning: str, source: str, check: Check) -> Any:
@@ -141,10 +145,10 @@ class LocalSettings:
 class GdpoSettings:
     """The ``gdpo:`` block of a run config (docs/interfaces.md, "Run config").
 
-    Identity keys (experiment, task, model_tag, algo) name the run (gdpo_nemo.run_id); the
+    Identity keys (experiment, task, model_tag, algo) name the run (gdpo_nemo.runs.run_id); the
     composer sets them from the chosen config groups, and the defaults below serve a
     hand-written local config. The estimator keys are the arguments of
-    ``gdpo_nemo.advantages.compute_advantages`` of the same names.
+    ``gdpo_nemo.estimators.compute_advantages`` of the same names.
     """
 
     experiment: str = setting("local", "first part of the run id; the composer writes the experiment's name", "ours", text())
@@ -152,7 +156,7 @@ class GdpoSettings:
     model_tag: str = setting("model", "the model's short name in the run id", "ours", text())
     algo: str = setting("gdpo", "the algorithm's name in the run id (e.g. gdpo_wlen0.5)", "ours", text())
     estimator: str = setting(
-        "gdpo", "advantage estimator, a name of gdpo_nemo.advantages' registry", "paper Eqs. 1-6", estimator_check
+        "gdpo", "advantage estimator, a name of gdpo_nemo.estimators' registry", "paper Eqs. 1-6", estimator_check
     )
     preset: str | None = setting(
         "nemo_rl", "whose numerics the null options below take (nemo_rl, trl, verl; null: NeMo RL's defaults)",
@@ -194,12 +198,16 @@ class GdpoSettings:
         False, "length reward only when the answer is correct", "paper sec. 3.2 (conditioned)", boolean
     )
     engine: str = setting("local", "which engine runs the config: local or nemo (NeMo RL)", "ours", one_of(*ENGINES))
+    computed_by: str | None = setting(
+        None, "on NeMo RL, whose estimator computes the advantages: nemo_rl (its own) or gdpo_nemo (the plugin's"
+        " hook); written by the composer (null: decided when the run starts)", "ours", one_of(*COMPUTED_BY, None),
+    )
     local: LocalSettings = section(LocalSettings, "local-engine-only settings", "ours")
 
 
 def setting_table(cls) -> dict:
     """{name: (default, check)} of a settings class, a nested dict for each section: the
-    walk the composer's defaults and the local engine's key table are built from."""
+    walk the composer's defaults and the key tree's gdpo block (config.nemo_keys) are built from."""
     out = {}
     for item in fields(cls):
         nested = item.metadata.get("section")
@@ -239,52 +247,22 @@ def describe(cls=GdpoSettings, prefix: str = "gdpo") -> list[tuple[str, Any, str
     return rows
 
 
-_GDPO = GdpoSettings()
-
-
 @dataclass(frozen=True)
 class EstimatorSettings:
-    """The estimator options of a gdpo block (the fields of `GdpoSettings` that
-    ``compute_advantages`` reads; defaults are GdpoSettings')."""
+    """What an engine's advantage step reads from a gdpo block: the estimator, the reward
+    components, GDPO's batch-norm kind (a token mask or not) and the `AdvantageOptions`."""
 
     estimator: str
     components: tuple[str, ...]
-    preset: str | None = _GDPO.preset
-    reward_weights: Mapping[str, float] | None = _GDPO.reward_weights
-    leave_one_out: bool = _GDPO.leave_one_out
-    std_ddof: int | None = _GDPO.std_ddof
-    eps: float | None = _GDPO.eps
-    batch_norm: str = _GDPO.batch_norm
-    scale_rewards: str = _GDPO.scale_rewards
-    single_sample_groups: str | None = _GDPO.single_sample_groups
-    strict: bool = _GDPO.strict
+    options: AdvantageOptions = AdvantageOptions.resolve(GdpoSettings.preset)  # a gdpo block's defaults
+    batch_norm: str = "sample"
 
     @classmethod
-    def from_gdpo(cls, gdpo: Mapping) -> "EstimatorSettings":
-        """Settings from a (validated) gdpo block; keys it lacks take their defaults."""
-        names = [item.name for item in fields(cls) if item.name not in ("estimator", "components")]
-        given = {name: gdpo[name] for name in names if name in gdpo}
-        if given.get("reward_weights") is not None:
-            given["reward_weights"] = dict(given["reward_weights"])
-        return cls(estimator=gdpo["estimator"], components=tuple(gdpo["reward_components"] or ()), **given)
-
-    def compute_kwargs(self, *, nemo_engine: bool = False) -> dict:
-        """Keyword arguments of ``compute_advantages`` (all but rewards, group ids, token mask).
-
-        nemo_engine: with no preset and single_sample_groups null, a group of one sample gets
-        0 as under NeMo RL's native estimators (the local engine raises: usually wrong groups).
-        """
-        single = self.single_sample_groups
-        if single is None and nemo_engine and self.preset is None:
-            single = "zero"
-        return {
-            "estimator": self.estimator,
-            "preset": self.preset,
-            "reward_weights": dict(self.reward_weights) if self.reward_weights else None,
-            "leave_one_out": self.leave_one_out,
-            "std_ddof": self.std_ddof,
-            "eps": self.eps,
-            "scale_rewards": self.scale_rewards,
-            "single_sample_groups": single,
-            "strict": self.strict,
-        }
+    def from_gdpo(cls, gdpo: Mapping, *, nemo_engine: bool = False) -> "EstimatorSettings":
+        """Settings from a (validated) gdpo block; keys it lacks take their defaults.
+        nemo_engine: see `AdvantageOptions.from_gdpo`."""
+        return cls(
+            estimator=gdpo["estimator"], components=tuple(gdpo["reward_components"] or ()),
+            options=AdvantageOptions.from_gdpo(gdpo, nemo_engine=nemo_engine),
+            batch_norm=gdpo.get("batch_norm", "sample"),
+        )

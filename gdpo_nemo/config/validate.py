@@ -3,9 +3,10 @@
 `validate(config)` (the composer, `load_config_file`, the NeMo RL entry point, the sweep)
 checks, and reports every problem by key path in one ConfigError:
 
-- NeMo RL's key tree (gdpo_nemo/config/nemo_keys.py: unknown, missing, mistyped keys);
-- the gdpo block: each key against its settings check (`gdpo_key_problems`,
-  gdpo_nemo/config/settings.py), then what no single key shows: the reward set against the
+- the key tree (gdpo_nemo/config/nemo_keys.py: NeMo RL's keys and the gdpo block, whose
+  leaves carry the settings checks of gdpo_nemo/config/settings.py): unknown, missing,
+  mistyped keys, each reported by the one walker;
+- the gdpo block as a whole (`check_keys`): what no single key shows: the reward set against the
   task, weights that name no component, GDPO's need for two components (`reward_problems`),
   and estimator options that only make sense together (`estimator_option_problems`:
   scale_rewards "batch" is GRPO's, strict needs a preset and takes its numbers, token batch
@@ -13,27 +14,38 @@ checks, and reports every problem by key path in one ConfigError:
 - grpo.adv_estimator against the gdpo block, our environment and dataset blocks against the
   gdpo block, and what the nemo engine cannot run.
 
-The local engine's `check_config` runs `estimator_option_problems` and `reward_problems` too
-(its own table checks its NeMo RL keys and each gdpo key), so weights naming an unknown
-component are refused before any model loads.
+`check_keys(config, engine=...)` is the first two of these, and the local engine's
+`check_config` (gdpo_nemo/engines/local/config.py, so `gdpo-nemo train`) runs it too, with
+engine "local" (nothing missing: the defaults are filled; keys it does not implement held to
+their neutral values): the same config gets the same lines on both engines, and weights
+naming an unknown component are refused before any model loads.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Mapping
 
 from gdpo_nemo.config import nemo_keys
 from gdpo_nemo.config.checks import is_int, is_number
-from gdpo_nemo.config.derive import DATASET_CLASS, ENV_NAMES, PROCESSOR_NAMES, adv_estimator_for, get_path, our_env_blocks
+from gdpo_nemo.config.derive import (
+    DATASET_CLASS,
+    ENV_NAMES,
+    PROCESSOR_NAMES,
+    adv_estimator_for,
+    estimator_decision,
+    get_path,
+    our_env_blocks,
+)
 from gdpo_nemo.config.errors import ConfigError
-from gdpo_nemo.config.settings import GdpoSettings, estimator_registry, multi_component_estimators
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.config.settings import estimator_registry, multi_component_estimators
+from gdpo_nemo.runs.run_id import RunId
 
 __all__ = [
     "ENV_SCHEMA",
     "ON_DATA_ERROR",
+    "NO_GDPO_BLOCK",
     "check_cluster_consistency",
+    "check_keys",
     "estimator_option_problems",
     "gdpo_key_problems",
     "reward_problems",
@@ -41,6 +53,7 @@ __all__ = [
 ]
 
 DATA_SOURCES = ("offline", "file")
+NO_GDPO_BLOCK = "gdpo: missing; a run config needs the gdpo block (docs/interfaces.md, 'Run config')"
 ON_DATA_ERROR = ("lowest", "nan", "raise")
 
 # What our environments read from env.<name> (NeMo RL passes that block to the actor).
@@ -57,26 +70,8 @@ ENV_SCHEMA = {
 
 def gdpo_key_problems(gdpo: Mapping, where: str = "gdpo") -> list[str]:
     """One line per unknown, missing or refused gdpo key ("gdpo.eps: -1 is not accepted;
-    expected a number >= 0.0 or null"). `local` need only be a mapping: the local engine
-    checks its keys."""
-    problems = []
-    known = {item.name: item for item in fields(GdpoSettings)}
-    for key in gdpo:
-        if key not in known:
-            problems.append(f"{where}.{key}: unknown key; {where} accepts {sorted(known)}")
-    for name, item in known.items():
-        if item.metadata.get("section") is not None:
-            if name in gdpo and not isinstance(gdpo[name], dict):
-                problems.append(f"{where}.{name}: {gdpo[name]!r} is not a mapping")
-            continue
-        check = item.metadata["check"]
-        if name not in gdpo:
-            problems.append(f"{where}.{name}: missing; expected {check(object())}")
-            continue
-        accepted = check(gdpo[name])
-        if accepted is not None:
-            problems.append(f"{where}.{name}: {gdpo[name]!r} is not accepted; expected {accepted}")
-    return problems
+    expected a number >= 0.0 or null"): the key tree's walk of the gdpo block alone."""
+    return nemo_keys.walk(dict(gdpo), nemo_keys.RUN_CONFIG["gdpo"], path=where).problems
 
 
 def reward_problems(gdpo: Mapping) -> list[str]:
@@ -142,17 +137,29 @@ def estimator_option_problems(gdpo: Mapping) -> list[str]:
     return problems
 
 
-def _check_gdpo_block(config: Mapping, problems: list[str]) -> None:
-    gdpo = config["gdpo"]
-    before = len(problems)
-    problems.extend(gdpo_key_problems(gdpo))
-    try:
-        RunId.from_config(config)
-    except (KeyError, TypeError, ValueError) as err:
-        problems.append(f"gdpo: the run cannot be named: {err}")
-    if len(problems) > before:
-        return
-    problems.extend(estimator_option_problems(gdpo) + reward_problems(gdpo))
+def check_keys(config: Mapping, *, engine: str = "nemo") -> nemo_keys.Walk:
+    """The check both engines run first, with the same lines on both: the key tree walked for
+    `engine` (`nemo_keys.walk`: every unknown, mistyped, and on nemo missing, key; on local
+    also keys outside what it implements), then, when the gdpo block's keys are sound, the
+    block as a whole: the run's name, estimator options together, the reward set.
+
+    Returns the walk (`.problems`, `.config`: on the local engine with its defaults filled,
+    `.ignored`). Raises ConfigError only when `config` is no mapping or has no gdpo block.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config: {type(config).__name__} is not a mapping")
+    if "gdpo" not in config:
+        raise ConfigError(NO_GDPO_BLOCK)
+    found = nemo_keys.walk(dict(config), engine=engine)
+    gdpo = found.config.get("gdpo")
+    if isinstance(gdpo, dict) and not any(line.startswith(("gdpo.", "gdpo:")) for line in found.problems):
+        try:
+            RunId.from_config(found.config)
+        except (KeyError, TypeError, ValueError) as err:
+            found.problems.append(f"gdpo: the run cannot be named: {err}")
+        else:
+            found.problems.extend(estimator_option_problems(gdpo) + reward_problems(gdpo))
+    return found
 
 
 def _check_estimator_keys(config: Mapping, problems: list[str]) -> None:
@@ -181,6 +188,9 @@ def _check_estimator_keys(config: Mapping, problems: list[str]) -> None:
         problems.append(
             f"grpo.num_generations_per_prompt: {groups} rollout(s) per prompt; group-relative estimators need >= 2"
         )
+    decided, why = estimator_decision(gdpo, our_env_blocks(config))
+    if gdpo.get("computed_by") == "nemo_rl" and decided == "gdpo_nemo" and not gdpo.get("leave_one_out", False):
+        problems.append(f"gdpo.computed_by: 'nemo_rl', but {why}; set it to gdpo_nemo or null (the composer decides)")
 
 
 def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
@@ -317,19 +327,13 @@ def _check_engine(config: Mapping, problems: list[str]) -> None:
 def validate(config: dict) -> None:
     """Check a resolved run config; raise ConfigError listing every problem by key path.
 
-    Checks NeMo RL's schema (gdpo_nemo/nemo_keys.py: unknown, missing, mistyped keys),
-    the gdpo block (docs/interfaces.md), the reward set (GDPO needs >= 2 components;
+    Checks the key tree (gdpo_nemo/config/nemo_keys.py: unknown, missing, mistyped keys of
+    NeMo RL's config and the gdpo block, docs/interfaces.md), the reward set (GDPO needs >= 2 components;
     weights must name components), grpo.adv_estimator against gdpo.estimator, our
     environment and dataset blocks against the gdpo block, and what the nemo engine cannot
     run (a built-in model, async GRPO). Returns None when the config is valid.
     """
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"config: {type(config).__name__} is not a mapping")
-    if "gdpo" not in config:
-        raise ConfigError("gdpo: missing; a run config needs the gdpo block (docs/interfaces.md, 'Run config')")
-    problems = nemo_keys.check_against_schema(dict(config), dict(nemo_keys.SCHEMA, gdpo="dict"))
-    if isinstance(config.get("gdpo"), dict):
-        _check_gdpo_block(config, problems)
+    problems = check_keys(config).problems
     if problems:
         raise ConfigError(problems)
     _check_estimator_keys(config, problems)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gdpo_nemo import rundir
+from gdpo_nemo.runs import rundir
 
 BACKENDS = ("hf", "vllm")
 

@@ -28,8 +28,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.evaluation import bfcl_format, metrics
+from gdpo_nemo.runs import rundir
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "gdpo-nemo"

@@ -18,8 +18,8 @@ import json
 import time
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.evaluation import datasets, metrics
+from gdpo_nemo.runs import rundir
 from gdpo_nemo.tasks.base import chat
 from gdpo_nemo.tasks.prompts import CODE_SYSTEM_PROMPT, math_user_prompt
 

@@ -24,8 +24,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from gdpo_nemo import rundir
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep import manifest as mf
 from gdpo_nemo.sweep import slurm
 from gdpo_nemo.sweep.errors import SweepError

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from gdpo_nemo import rundir
+from gdpo_nemo.runs import rundir
 from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.slurm import TERMINAL_STATES
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gdpo_nemo import rundir
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.profiles import ClusterProfile
 from gdpo_nemo.sweep.render import render_script

@@ -3,7 +3,7 @@
 Two engines, two jobs:
 - nemo: an N-node job (N = the run config's cluster.num_nodes) that runs NeMo RL's
   ray.sub from the profile's NeMo RL checkout, with COMMAND = our entry point
-  `python -m gdpo_nemo.engines.nemo.run --config <run config>` (started with the
+  `python -m gdpo_nemo.commands.nemo_run --config <run config>` (started with the
   profile's nemo_launcher, `uv run --project <nemo_rl_dir> python` by default);
 - local: a one-node job running `gdpo-nemo train --config <run config> --run-dir <run dir>`,
   with `--resume` whenever the run dir has a checkpoint.
@@ -21,12 +21,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import ClusterProfile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = REPO_ROOT / "slurm" / "templates"
-NEMO_ENTRY_POINT = "gdpo_nemo.engines.nemo.run"
+NEMO_ENTRY_POINT = "gdpo_nemo.commands.nemo_run"
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 

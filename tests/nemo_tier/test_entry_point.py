@@ -1,4 +1,4 @@
-"""`python -m gdpo_nemo.engines.nemo.run` through NeMo RL's real examples/run_grpo.py.
+"""`python -m gdpo_nemo.commands.nemo_run` through NeMo RL's real examples/run_grpo.py.
 
 The entry point validates the config, writes the run dir, registers our plugin and runs
 run_grpo.py (found next to the installed nemo_rl, as in a NeMo RL checkout): NeMo RL then
@@ -38,7 +38,7 @@ def launched(tiny_tokenizer_dir, tmp_path_factory):
     env.pop("RAY_ADDRESS", None)
     try:
         process = subprocess.run(
-            [sys.executable, "-m", "gdpo_nemo.engines.nemo.run", "--config", str(path)],
+            [sys.executable, "-m", "gdpo_nemo.commands.nemo_run", "--config", str(path)],
             cwd=work, env=env, capture_output=True, text=True, timeout=420,
         )
     finally:  # the Ray that init_ray started ends with its driver (ray.init's atexit shutdown)

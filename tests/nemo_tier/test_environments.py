@@ -111,7 +111,7 @@ def test_rows_with_a_broken_ground_truth_are_counted_in_the_rollout_metrics(loca
     from gdpo_nemo.engines.nemo.plugin import HookState
 
     config = small_config("gsm8k", tiny_tokenizer_dir, tmp_path / "run", rows=3)
-    state = HookState(settings=EstimatorSettings.from_gdpo(config["gdpo"]))
+    state = HookState(settings=EstimatorSettings.from_gdpo(config["gdpo"], nemo_engine=True))
 
     def break_row_one(batch):  # a ground truth the gsm8k rewards cannot judge (not a string)
         batch["extra_env_info"][1] = {**batch["extra_env_info"][1], "ground_truth": None}

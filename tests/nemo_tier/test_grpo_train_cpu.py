@@ -121,7 +121,7 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
 
 @pytest.mark.parametrize("task", sorted(MATRIX))
 def test_two_steps_of_nemo_rl_grpo_train_run_every_task_on_the_cpu(matrix_runs, task):
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
 
     config, result, printed = matrix_runs[task]
     records = {r["step"]: r for r in rundir.read_metrics(result.run_dir)}
@@ -154,7 +154,7 @@ def test_the_advantages_nemo_rl_trained_on_equal_compute_advantages_of_the_logge
     from gdpo_nemo.engines.nemo.estimators import estimator_advantages
 
     config, result, printed = matrix_runs[task]
-    settings = EstimatorSettings.from_gdpo(config["gdpo"])
+    settings = EstimatorSettings.from_gdpo(config["gdpo"], nemo_engine=True)
     for step, record in read_advantages(result.run_dir).items():
         components = {name: torch.tensor(values, dtype=torch.float64) for name, values in record["components"].items()}
         assert sorted(components) == COMPONENTS[task]
@@ -185,7 +185,7 @@ def test_per_component_metrics_reach_nemo_rl_s_own_tensorboard_logger(matrix_run
 
 
 def test_validation_runs_every_step_with_per_component_rewards(matrix_runs):
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
 
     config, result, printed = matrix_runs["toolcall"]
     for record in rundir.read_metrics(result.run_dir):
@@ -194,7 +194,7 @@ def test_validation_runs_every_step_with_per_component_rewards(matrix_runs):
 
 
 def test_data_errors_of_a_broken_ground_truth_are_counted_per_sample(matrix_runs):
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
 
     config, result, printed = matrix_runs["toolcall"]
     records = {r["step"]: r for r in rundir.read_metrics(result.run_dir)}
@@ -203,7 +203,7 @@ def test_data_errors_of_a_broken_ground_truth_are_counted_per_sample(matrix_runs
 
 
 def test_nemo_rl_checkpoint_manager_keeps_the_best_by_the_configured_val_metric(matrix_runs):
-    from gdpo_nemo import rundir
+    from gdpo_nemo.runs import rundir
     from nemo_rl.utils.checkpoint import CheckpointManager
 
     config, result, printed = matrix_runs["math"]
@@ -237,8 +237,8 @@ _KILL_AFTER_FIRST_CHECKPOINT = textwrap.dedent("""
 
 def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(matrix_runs, stopper, tmp_path):
     from gdpo_nemo import config as cc
-    from gdpo_nemo import rundir
     from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+    from gdpo_nemo.runs import rundir
 
     run_dir = tmp_path / "killed"
     # the same run as the matrix's math run, but killed after its first checkpoint

@@ -1,8 +1,10 @@
 """gdpo_nemo/config/nemo_keys.py against NeMo RL's own config classes, key by key, type by type.
 
-gdpo_nemo keeps a copy of NeMo RL's GRPO config schema (so `gdpo-nemo config` refuses a bad
-key without NeMo RL installed, and refuses unknown keys, which NeMo RL's extra="allow"
-classes keep silently). These tests read NeMo RL's classes (MasterConfig and every
+gdpo_nemo keeps a copy of NeMo RL's GRPO config schema, the key tree `nemo_keys.TREE` (so
+`gdpo-nemo config` and `gdpo-nemo train` refuse a bad key without NeMo RL installed, and
+refuse unknown keys, which NeMo RL's extra="allow" classes keep silently). Its leaves also
+carry their local-engine fate and default; the keys and types are compared here as types
+alone (`nemo_keys.types()`), the defaults with the pydantic classes' own. These tests read NeMo RL's classes (MasterConfig and every
 TypedDict / pydantic model under it) at the pinned commit and translate them into the copy's
 notation, so the two cannot drift: every difference must be one of the deliberate ones
 listed, with its reason, in nemo_keys.DEPARTURES.
@@ -227,13 +229,13 @@ def test_nemo_rl_master_config_translates_into_the_schema_notation():
 
 
 def test_our_schema_differs_from_nemo_rl_only_where_nemo_keys_says_why():
-    found = differences(nemo_keys.SCHEMA, _nemo_rl_schema())
+    found = differences(nemo_keys.types(), _nemo_rl_schema())
     unexplained = {path: what for path, what in found.items() if path not in nemo_keys.DEPARTURES}
     assert not unexplained, "\n".join(f"{path}: {what}" for path, what in sorted(unexplained.items()))
 
 
 def test_every_departure_listed_in_nemo_keys_still_exists():
-    found = differences(nemo_keys.SCHEMA, _nemo_rl_schema())
+    found = differences(nemo_keys.types(), _nemo_rl_schema())
     stale = sorted(set(nemo_keys.DEPARTURES) - set(found))
     assert not stale, f"nemo_keys.DEPARTURES lists paths that no longer differ from NeMo RL: {stale}"
 
@@ -241,3 +243,36 @@ def test_every_departure_listed_in_nemo_keys_still_exists():
 def test_the_comparison_catches_a_null_our_schema_would_accept_and_nemo_rl_refuses():
     ours = {"keep_top_k?": "int|null"}
     assert differences(ours, {"keep_top_k?": "int"}) == {"keep_top_k": "ours int or null, NeMo RL int"}
+
+
+def _pydantic_defaults(tp, prefix: str = "") -> dict:
+    """{key path: default} of every defaulted field of NeMo RL's pydantic config models under
+    `tp` (through TypedDicts, unions and Optional)."""
+    found: dict = {}
+    if _is_model(tp):
+        for name, info in tp.model_fields.items():
+            if not info.is_required():
+                found[prefix + name] = info.get_default(call_default_factory=True)
+            found.update(_pydantic_defaults(info.annotation, f"{prefix}{name}."))
+    elif _is_typeddict(tp):
+        for name, hint in typing.get_type_hints(tp, include_extras=True).items():
+            found.update(_pydantic_defaults(hint, f"{prefix}{name}."))
+    else:
+        for arg in typing.get_args(_strip(tp)):
+            found.update(_pydantic_defaults(arg, prefix))
+    return found
+
+
+def test_what_the_local_engine_fills_in_is_nemo_rls_own_default_where_it_has_one():
+    from nemo_rl.algorithms.grpo import MasterConfig
+
+    theirs = _pydantic_defaults(MasterConfig)
+    ours = {
+        path: leaf.default if leaf.fate == nemo_keys.USED else leaf.accepted[0]
+        for path, leaf in nemo_keys.leaves()
+        if leaf.fate == nemo_keys.USED or (leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT)
+    }
+    compared = sorted(set(ours) & set(theirs))
+    assert len(compared) >= 40  # grpo, loss_fn, reward_penalties, on_policy_distillation
+    differ = {path: (ours[path], theirs[path]) for path in compared if ours[path] != theirs[path]}
+    assert not differ, differ

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from gdpo_nemo.advantages import PRESETS, RELATIVE_TOLERANCE, AdvantageOptions
+from gdpo_nemo.estimators import PRESETS, RELATIVE_TOLERANCE, AdvantageOptions
 
 
 def _all_equal(values: list[float]) -> bool:

@@ -1,7 +1,7 @@
 """Run dirs and datasets with known numbers, in the documented formats.
 
 For the analysis tests (hand-checkable values in the exact on-disk layout of
-docs/interfaces.md and docs/analysis.md, named by gdpo_nemo.rundir) and for
+docs/interfaces.md and docs/analysis.md, named by gdpo_nemo.runs.rundir) and for
 benchmarks/bench_report.py (a large dataset straight into the parquet cache). Nothing here
 is used by the report itself, so it lives with the tests, not in the package.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from gdpo_nemo import rundir
 from gdpo_nemo.analysis.frame import RUN_COLUMNS, Dataset, PROBLEM_COLUMNS, _compact, run_metadata
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 
 
 def run_config(run_id: RunId, *, components=("format", "correctness"), max_steps: int | None = None,

@@ -13,6 +13,8 @@ and metric names, so analysis treats local and cluster runs alike. Modules:
 - `checkpoint`: save / resume
 - `quickstart`: the two runs of `gdpo-nemo quickstart` (the commands `gdpo-nemo train` and
   `quickstart` are gdpo_nemo.commands.train and .quickstart)
+- `parallel`: an experiment's runs side by side on this machine (the command:
+  `python -m gdpo_nemo.commands.local_parallel`)
 
 Nothing here is imported by `gdpo_nemo` itself; torch loads only when a run starts.
 """

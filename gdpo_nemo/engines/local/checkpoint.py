@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from gdpo_nemo import rundir
+from gdpo_nemo.runs import rundir
 
 
 def checkpoint_root(run_dir) -> Path:

@@ -33,7 +33,8 @@ NORMALIZER_EPS = 1e-8
 
 @dataclass(frozen=True)
 class LossConfig:
-    """The used keys of the run config's `loss_fn` section (config.SCHEMA)."""
+    """The keys of the run config's `loss_fn` section the local engine uses (their fate in
+    gdpo_nemo/config/nemo_keys.py; tests/test_configs_settings.py keeps the two equal)."""
 
     ratio_clip_min: float = 0.2
     ratio_clip_max: float = 0.2

@@ -1,7 +1,8 @@
 """Run an experiment's runs on this machine, several local-engine processes at a time.
 
-    python -m gdpo_nemo.engines.local.parallel EXPERIMENT [--out DIR] [--jobs N]
-        [--only KEY=VALUE ...] [--smoke] [key=value ...]
+What ``python -m gdpo_nemo.commands.local_parallel EXPERIMENT [--out DIR] [--jobs N]
+[--only KEY=VALUE ...] [--smoke] [key=value ...]`` runs (that module holds the flags, the
+error lines and the exit codes).
 
 For one machine without Slurm: a GPU box where several small-model runs share the one GPU
 (each run is its own process with its own CUDA context; a 135M-parameter model leaves an
@@ -19,9 +20,10 @@ For one machine without Slurm: a GPU box where several small-model runs share th
    are skipped; the others resume from their newest checkpoint, so rerunning the command
    after an interruption finishes the experiment.
 
-The exit status is 0 when every run finished, 1 otherwise (the failed runs and their logs
-are named), 2 on bad input. The flags and messages: gdpo_nemo.commands.local_parallel. `--smoke` swaps in `builtin:tiny` on the CPU at toy sizes (2 steps of 2 prompts
-x 2 rollouts, 8 new tokens): the whole pipeline in about a minute, for tests.
+The command's exit status is 0 when every run finished, 1 otherwise (the failed runs and
+their logs are named), 2 on bad input. `--smoke` (SMOKE_OVERRIDES) swaps in `builtin:tiny`
+on the CPU at toy sizes (2 steps of 2 prompts x 2 rollouts, 8 new tokens): the whole
+pipeline in about a minute, for tests.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gdpo_nemo import rundir
+from gdpo_nemo.runs import rundir
 
 # Toy sizes of --smoke: every run of the experiment on the tiny model, CPU, fp32, seconds each.
 SMOKE_OVERRIDES = (
@@ -57,7 +59,9 @@ SMOKE_OVERRIDES = (
     "++gdpo.local.warm_start.steps=1",
     "++gdpo.local.warm_start.batch_size=2",
 )
-MODULE = "gdpo_nemo.engines.local.parallel"  # this file as `python -m` names it (not __main__)
+# The command whose hidden `--prepare CONFIG ...` runs `prepare_shared` in a process of its
+# own (named here, never imported: this module is the library under that command).
+COMMAND_MODULE = "gdpo_nemo.commands.local_parallel"
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
     experiment, filter or run at fault, with nothing written."""
     from gdpo_nemo import config as run_config
     from gdpo_nemo.engines.local.config import resolve_and_check
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs.run_id import RunId
     from gdpo_nemo.sweep.errors import SweepError
     from gdpo_nemo.sweep.plan import place_run, select
 
@@ -149,7 +153,7 @@ def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, lo
     if not pending:
         return []
     log(f"preparing the shared model files and warm-starts of {len(pending)} run(s)")
-    prepared = subprocess.run([python, "-m", MODULE, "--prepare", *map(str, (r.config_path for r in pending))])
+    prepared = subprocess.run([python, "-m", COMMAND_MODULE, "--prepare", *map(str, (r.config_path for r in pending))])
     if prepared.returncode != 0:
         log("preparation failed (its output is above); no run started")
         return pending
@@ -182,11 +186,3 @@ def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, lo
                 failed.append(run)
                 log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {run.log_path}")
     return failed
-
-
-if __name__ == "__main__":
-    # The command's front end (flags, error lines) is gdpo_nemo.commands.local_parallel;
-    # `python -m gdpo_nemo.engines.local.parallel` stays the name scripts and run_all use.
-    from gdpo_nemo.commands.local_parallel import main
-
-    sys.exit(main())

@@ -38,11 +38,11 @@ def arm_overrides(algo: str, steps: int | None) -> list:
 def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, list]:
     """Train both arms (ARMS) into `out/<run id>/`: ({label: metrics records},
     {label: wall seconds of its run}, reward component names)."""
-    from gdpo_nemo import rundir
-    from gdpo_nemo.advantages import estimator_info
+    from gdpo_nemo.estimators import estimator_info
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.trainer import train
-    from gdpo_nemo.run_id import RunId
+    from gdpo_nemo.runs import rundir
+    from gdpo_nemo.runs.run_id import RunId
 
     histories, seconds, names = {}, {}, None
     for algo in ARMS:

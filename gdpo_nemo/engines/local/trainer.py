@@ -10,7 +10,7 @@ One training step, as in the paper (and NeMo RL's `grpo_train`):
     6. step       AdamW on each global batch (micro-batches accumulate), grad clipping
 
 `train(config, run_dir)` runs a whole run from a checked config (`config.load_run_config`)
-and writes the run dir of docs/interfaces.md (names from gdpo_nemo.rundir): config.yaml,
+and writes the run dir of docs/interfaces.md (names from gdpo_nemo.runs.rundir): config.yaml,
 metrics.jsonl, checkpoints/, wandb/, DONE. It reads top to bottom as:
 
     setup       prepare_run_dir, setup -> TrainState (what the steps carry)
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import torch
 
-from gdpo_nemo import rundir
 from gdpo_nemo.engines.local import checkpoint as ckpt
 from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
 from gdpo_nemo.engines.local.prompts import DataOrder, PromptSet, left_pad, load_prompt_sets
-from gdpo_nemo.run_id import RunId
+from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.run_id import RunId
 
 # Keys that may change between a run and its resume (they do not touch the trajectory).
 RESUMABLE_CHANGES = ("grpo.max_num_steps", "logger.", "gdpo.local.progress", "checkpointing.keep_top_k")
@@ -131,14 +131,14 @@ def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) 
 
 
 def advantages_for(rewards: dict, group_ids: torch.Tensor, gdpo: dict, completion_mask: torch.Tensor) -> torch.Tensor:
-    """[N] advantages of the step from the registry (`gdpo_nemo.advantages`), with every
+    """[N] advantages of the step from the registry (`gdpo_nemo.estimators`), with every
     estimator option of the gdpo block (`gdpo_nemo.config.settings.EstimatorSettings`)."""
-    from gdpo_nemo.advantages import compute_advantages
+    from gdpo_nemo.estimators import compute_advantages
     from gdpo_nemo.config.settings import EstimatorSettings
 
     settings = EstimatorSettings.from_gdpo(gdpo)
     token_mask = completion_mask if settings.batch_norm == "token" else None
-    return compute_advantages(rewards, group_ids, **settings.compute_kwargs(), token_mask=token_mask)
+    return compute_advantages(rewards, group_ids, settings.estimator, options=settings.options, token_mask=token_mask)
 
 
 def reward_metrics(rewards: dict, prefix: str) -> dict:
@@ -368,7 +368,7 @@ def _restore(state: TrainState, latest: tuple[int, Path]) -> dict | None:
 def _open_tracker(config: dict, run_dir: Path, resume_step: int | None, log=print):
     """The run's metrics sink (metrics.jsonl, plus W&B when `logger.wandb_enabled`), named
     by the run id unless `logger.wandb.name` / `group` say otherwise."""
-    from gdpo_nemo.tracking import Tracker
+    from gdpo_nemo.runs.tracking import Tracker
 
     logger_cfg = config["logger"]
     run_id = RunId.from_config(config)
@@ -459,7 +459,7 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
     """The step's metrics under NeMo RL's names plus ours (docs/interfaces.md): rewards,
     the update's loss / grad norm / ratios, LR, token-level advantage range, rollout lengths,
     advantage diagnostics, timings (s) and throughput (tokens/s), peak device memory."""
-    from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+    from gdpo_nemo.estimators.collapse import distinct_advantage_groups, zero_std_fraction
 
     completion_mask = rollouts.completion_mask
     generated_tokens = int(completion_mask.sum())

@@ -15,10 +15,10 @@ once per step::
 It knows grpo, gdpo, reinforce_plus_plus and opd. `AdvantageEstimator` adds what it lacks:
 ``gdpo_no_bn`` (the paper's ablation), and every gdpo block NeMo RL's grpo/gdpo cannot
 express (weighted GRPO, token-level batch norm, the TRL/verl presets, NaN rewards left out
-of the statistics; see ``gdpo_nemo.config.needs_our_estimator``). Leave-one-out runs use it
+of the statistics; see ``gdpo_nemo.config.derive.estimator_decision``, whose answer the composer writes into ``gdpo.computed_by``). Leave-one-out runs use it
 too: NeMo RL's float32 leave-one-out std turns the float residue of constant group-mates
 into huge advantages (docs/estimators.md), ours gives them exactly 0. It reads the run config's
-gdpo block and computes with ``gdpo_nemo.advantages.compute_advantages``;
+gdpo block and computes with ``gdpo_nemo.estimators.compute_advantages``;
 `create_estimator` is the replacement for ``_create_advantage_estimator`` that
 ``plugin.install_hooks`` puts in place.
 """
@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from gdpo_nemo.advantages import ESTIMATORS, compute_advantages
-from gdpo_nemo.collapse import distinct_advantage_groups
+from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
+from gdpo_nemo.estimators.collapse import distinct_advantage_groups
 from gdpo_nemo.config.settings import EstimatorSettings
-from gdpo_nemo.config.derive import needs_our_estimator, our_env_blocks
+from gdpo_nemo.config.derive import LEAVE_ONE_OUT_REASON, estimator_decision, our_env_blocks
 from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX
 
 __all__ = ["AdvantageEstimator", "create_estimator", "estimator_advantages", "group_ids_from_prompts", "reward_components", "section"]
@@ -54,12 +54,11 @@ def estimator_advantages(
     settings: EstimatorSettings, components: Mapping[str, Tensor], group_ids: Tensor, token_mask: Tensor | None = None
 ) -> Tensor:
     """Tensor[B] advantages of named components by ``compute_advantages`` with the gdpo
-    block's options, NeMo RL's treatment of single-sample groups under no preset;
+    block's options (`EstimatorSettings.from_gdpo(gdpo, nemo_engine=True)`: NeMo RL's
+    treatment of single-sample groups under no preset);
     `token_mask` [B, T] is used only for batch_norm "token"."""
     return compute_advantages(
-        dict(components),
-        group_ids,
-        **settings.compute_kwargs(nemo_engine=True),
+        dict(components), group_ids, settings.estimator, options=settings.options,
         token_mask=token_mask if settings.batch_norm == "token" else None,
     )
 
@@ -90,7 +89,7 @@ def reward_components(batch: Mapping, expected: Sequence[str] | None = None) -> 
 
 
 class AdvantageEstimator:
-    """NeMo RL's estimator interface over gdpo_nemo.advantages.
+    """NeMo RL's estimator interface over gdpo_nemo.estimators.
 
     After each call `last_metrics` holds {"adv/distinct_groups": int} (NeMo RL's async
     trainer logs an estimator's last_metrics; the sync trainer gets the same number from
@@ -131,17 +130,16 @@ def create_estimator(master_config: Any, original: Callable[[Any], Any], setting
         if ours_only:
             raise ValueError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
         return original(master_config)
-    env_blocks = our_env_blocks({"env": dict(section(master_config, "env") or {})})
-    native = not ours_only and not needs_our_estimator(gdpo, env_blocks)
-    leave_one_out = bool(gdpo.get("leave_one_out", False))
-    if native and not leave_one_out:
+    computed_by = gdpo.get("computed_by")  # the composer's decision (config.derive.estimator_decision)
+    why = None
+    if computed_by is None:  # a config the composer did not write: the same decision, made here once
+        computed_by, why = estimator_decision(gdpo, our_env_blocks({"env": dict(section(master_config, "env") or {})}))
+    elif gdpo.get("leave_one_out", False):
+        why = LEAVE_ONE_OUT_REASON
+    if computed_by == "nemo_rl" and not ours_only:
         return original(master_config)
-    settings = settings if settings is not None else EstimatorSettings.from_gdpo(gdpo)
+    settings = settings if settings is not None else EstimatorSettings.from_gdpo(gdpo, nemo_engine=True)
     print(f"  ✓ Using gdpo_nemo advantage estimator {settings.estimator!r} (grpo.adv_estimator.name={name!r})")
-    if native:
-        print(
-            "    why: leave-one-out. NeMo RL's float32 std (E[x^2] - E[x]^2) of group-mates that all share a"
-            " reward is float residue, not 0, and dividing by it gives advantages up to ~1e4-1e6;"
-            " gdpo_nemo's is exactly 0 (docs/estimators.md)"
-        )
+    if why is not None and why.startswith("leave-one-out"):
+        print(f"    why: {why}")
     return AdvantageEstimator(settings)

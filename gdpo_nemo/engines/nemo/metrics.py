@@ -8,7 +8,7 @@ hook (``plugin.install_hooks``) adds, from the rollout batch's ``reward/<name>``
   ``validation/reward/<name>``), NaN values left out;
 - ``adv/zero_std_frac/<name>``: share of prompt groups in which the component is constant;
 - ``adv/distinct_groups``: distinct sorted advantage tuples among the batch's groups under
-  the run's estimator (paper Fig. 2-3 at batch level; see gdpo_nemo.collapse).
+  the run's estimator (paper Fig. 2-3 at batch level; see gdpo_nemo.estimators.collapse).
 
 The group diagnostics need groups of >= 2 samples; they are left out otherwise (validation
 with one generation per prompt).
@@ -26,10 +26,10 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from gdpo_nemo.collapse import distinct_advantage_groups, zero_std_fraction
+from gdpo_nemo.estimators.collapse import distinct_advantage_groups, zero_std_fraction
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
-from gdpo_nemo.rundir import checkpoint_steps
+from gdpo_nemo.runs.rundir import checkpoint_steps
 
 __all__ = ["StepMetricsWriter", "ValidationCollector", "batch_group_ids", "component_metrics", "latest_checkpoint_step"]
 
@@ -166,7 +166,7 @@ class StepMetricsWriter:
     """
 
     def __init__(self, run_dir, *, resume_step: int | None = None, skip_prefixes: tuple[str, ...] = ("ray",)):
-        from gdpo_nemo.tracking import Tracker
+        from gdpo_nemo.runs.tracking import Tracker
 
         self._tracker = Tracker(run_dir, wandb_enabled=False, resume_step=resume_step)
         self._skip = skip_prefixes

@@ -239,7 +239,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
     import nemo_rl.utils.logger as logger_module
 
     gdpo = config["gdpo"]
-    state = HookState(settings=EstimatorSettings.from_gdpo(gdpo), writer=writer)
+    state = HookState(settings=EstimatorSettings.from_gdpo(gdpo, nemo_engine=True), writer=writer)
 
     original_create = _unwrapped(grpo_module._create_advantage_estimator)
     grpo_module._create_advantage_estimator = _mark(

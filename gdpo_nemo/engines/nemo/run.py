@@ -1,4 +1,5 @@
-"""Entry point: ``python -m gdpo_nemo.engines.nemo.run --config CFG.yaml [overrides]``.
+"""What ``python -m gdpo_nemo.commands.nemo_run --config CFG.yaml [overrides]`` runs (that
+module holds the flags, the error lines and the exit codes):
 
 1. Reads the run config as NeMo RL does (``defaults:`` inheritance, ``_override_``), applies
    Hydra-grammar overrides and validates it (gdpo_nemo.config.load_config_file):
@@ -23,8 +24,8 @@ import runpy
 import sys
 from pathlib import Path
 
-from gdpo_nemo import rundir
 from gdpo_nemo.config import ConfigError, load_config_file
+from gdpo_nemo.runs import rundir
 
 __all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
 
@@ -75,7 +76,7 @@ def launch(config: dict, script: Path) -> None:
     from gdpo_nemo.engines.nemo import plugin
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
 
-    from gdpo_nemo.tracking import settle_external_wandb
+    from gdpo_nemo.runs.tracking import settle_external_wandb
 
     run_dir = prepare_run_dir(config)
     # NeMo RL's own W&B logger: offline within seconds when its server does not answer.
@@ -105,10 +106,3 @@ def load_nemo_config(path, overrides=()) -> dict:
         )
     return config
 
-
-if __name__ == "__main__":
-    # The entry point's front end (flags, error lines, exit codes) is gdpo_nemo.commands.nemo_run;
-    # `python -m gdpo_nemo.engines.nemo.run` stays the name rendered Slurm jobs call.
-    from gdpo_nemo.commands.nemo_run import main
-
-    sys.exit(main())

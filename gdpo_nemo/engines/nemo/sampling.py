@@ -25,7 +25,8 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from gdpo_nemo.advantages import estimator_info
+from gdpo_nemo.estimators import estimator_info
+from gdpo_nemo.estimators.groups import group_extremes
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import reward_components
 
@@ -34,17 +35,13 @@ __all__ = ["group_range", "group_signal_spread"]
 
 def group_range(values: Tensor, group_ids: Tensor) -> Tensor:
     """Tensor[B]: max - min of `values` (Tensor[B]) over each sample's group (`group_ids`,
-    Tensor[B] of ints); inf for a group holding a NaN (never 0: such a group is kept)."""
-    _, dense = torch.unique(group_ids, return_inverse=True)
-    count = int(dense.max()) + 1 if dense.numel() else 0
-    values = values.to(torch.float64)
-    nan = torch.isnan(values)
-    finite = torch.where(nan, torch.zeros_like(values), values)
-    high = torch.full((count,), -torch.inf, dtype=torch.float64).scatter_reduce(0, dense, finite, "amax")
-    low = torch.full((count,), torch.inf, dtype=torch.float64).scatter_reduce(0, dense, finite, "amin")
-    has_nan = torch.zeros(count, dtype=torch.float64).scatter_reduce(0, dense, nan.to(torch.float64), "amax") > 0
-    spread = torch.where(has_nan, torch.full_like(high, torch.inf), high - low)
-    return spread[dense]
+    Tensor[B] of ints); 0 for a group that is one value up to float residue (the estimators'
+    `constant_within`: it gives no advantage); inf for a group holding a NaN (never 0: such a
+    group is kept)."""
+    extremes = group_extremes(values, group_ids)
+    spread = torch.where(extremes.constant(), torch.zeros_like(extremes.hi), extremes.hi - extremes.lo)
+    spread = torch.where(extremes.has_nan, torch.full_like(spread, torch.inf), spread)
+    return spread[extremes.index]
 
 
 def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor | None:
@@ -59,6 +56,6 @@ def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor |
         return None
     if estimator_info(settings.estimator).multi_component:
         return torch.stack([group_range(values, groups) for values in components.values()]).amax(dim=0)
-    weights = settings.reward_weights or {}
+    weights = settings.options.reward_weights or {}
     signal = sum(float(weights.get(name, 1.0)) * values for name, values in components.items())
     return group_range(signal, groups)

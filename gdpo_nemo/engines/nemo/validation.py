@@ -10,8 +10,9 @@ can refuse it before anything is submitted, with NeMo RL's own message.
 Where NeMo RL is: in this interpreter when ``nemo_rl`` imports here, else in the Python
 named by ``--nemo-rl-python`` / ``$GDPO_NEMO_RL_PYTHON`` (NeMo RL's venv, e.g.
 ``<nemo-rl checkout>/.venv/bin/python`` or this repo's ``.venv-nemo/bin/python``), which
-runs ``python -m gdpo_nemo.engines.nemo.validation FILE...`` and answers in JSON.
-Without either, `find_nemo_rl_python` returns None and the callers say the check did not run.
+runs ``python -m gdpo_nemo.commands.nemo_validation FILE...`` (CHECK_MODULE) and answers
+in JSON. Without either, `find_nemo_rl_python` returns None and the callers say the check
+did not run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -30,12 +30,14 @@ __all__ = [
     "check_config_file",
     "check_configs",
     "find_nemo_rl_python",
-    "main",
     "nemo_rl_importable",
     "refuse_what_nemo_rl_refuses",
 ]
 
 NEMO_RL_PYTHON_ENV = "GDPO_NEMO_RL_PYTHON"
+# What NeMo RL's Python runs to check config files (named here, never imported: this module
+# is the library under that command).
+CHECK_MODULE = "gdpo_nemo.commands.nemo_validation"
 _IN_PROCESS = "in-process"
 
 
@@ -120,7 +122,7 @@ def check_configs(configs: Mapping[str, Mapping], python: str) -> dict[str, list
         if python == _IN_PROCESS:
             return {name: check_config_file(path) for name, path in files.items()}
         done = subprocess.run(
-            [python, "-m", "gdpo_nemo.engines.nemo.validation", *map(str, files.values())],
+            [python, "-m", CHECK_MODULE, *map(str, files.values())],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH")]))},
@@ -149,14 +151,3 @@ def refuse_what_nemo_rl_refuses(
         raise ConfigError(problems)
     return True
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gdpo_nemo.engines.nemo.validation FILE...``: print {file: [problems]} as JSON."""
-    files = sys.argv[1:] if argv is None else argv
-    verdicts = {path: check_config_file(path) for path in files}
-    sys.stdout.write("\n" + json.dumps(verdicts) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

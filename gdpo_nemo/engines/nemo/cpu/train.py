@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from gdpo_nemo import rundir
+from gdpo_nemo.runs import rundir
 
 __all__ = ["CpuRun", "train_on_cpu"]
 

@@ -1,9 +1,9 @@
 """The dense path of `compute_advantages` on CPU: one fused pass over rewards and group ids.
 
-`gdpo_nemo.advantages` computes every estimator with torch ops, on any device; on a CPU
+`gdpo_nemo.estimators` computes every estimator with torch ops, on any device; on a CPU
 each of those ops is another pass over the batch. For the usual layout of a rollout batch
 (consecutive groups of one size, finite rewards, no leave-one-out, token mask or batch
-scaling) the numba kernels of `gdpo_nemo.dense_numba` read each reward and group id once
+scaling) the numba kernels of `gdpo_nemo.estimators.kernel_numba` read each reward and group id once
 instead: per block of groups (about ``_BLOCK_SAMPLES`` samples, held in cache), the ids
 are checked to be runs of one id per group, each group's mean, centred variance (one
 pass, shifted by its first value) and, only where it may be constant, max - min; then the
@@ -12,7 +12,7 @@ norm still needs it, else the float32 result). GDPO's batch norm is a second pas
 that sum.
 
 The definitions are the general path's (``_normalize_in_groups``, ``_weighted_sum``,
-``_batch_norm`` in gdpo_nemo.advantages): a group is constant when max - min <=
+``_batch_norm`` in gdpo_nemo.estimators.general): a group is constant when max - min <=
 RELATIVE_TOLERANCE * max(|max|, |min|), and its centred values are then exactly 0; a std
 of 0 leaves the centred value undivided; dividing by std + eps is multiplying by its
 reciprocal (one float64 rounding apart; tests hold the paths together).
@@ -52,10 +52,10 @@ _pool_pid: int | None = None
 
 
 def _compile():
-    """The numba kernels (gdpo_nemo.dense_numba), compiled on first use and cached on disk."""
-    from gdpo_nemo import dense_numba
+    """The numba kernels (gdpo_nemo.estimators.kernel_numba), compiled on first use and cached on disk."""
+    from gdpo_nemo.estimators import kernel_numba
 
-    return dense_numba.group_pass, dense_numba.normalize
+    return kernel_numba.group_pass, kernel_numba.normalize
 
 
 def available() -> bool:

@@ -1,6 +1,6 @@
 """`compute_advantages(..., preset=P, strict=True)`: the peers' own arithmetic, reproduced.
 
-The default estimators (gdpo_nemo.advantages) compute in float64 and give exactly 0 where a
+The default estimators (gdpo_nemo.estimators) compute in float64 and give exactly 0 where a
 group (or, with leave-one-out, a sample's group-mates) is constant. The peers compute in
 float32 and keep the float residue of such groups; docs/estimators.md lists each difference
 and its size. Strict mode follows the peer step by step instead, for a user who wants to
@@ -32,7 +32,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from gdpo_nemo.advantages import AdvantageOptions, _group_index
+from gdpo_nemo.estimators.groups import group_index
+from gdpo_nemo.estimators.options import AdvantageOptions
 
 __all__ = ["STRICT_PRESETS", "strict_advantages"]
 
@@ -55,7 +56,7 @@ def _buckets(group_ids: Tensor, batch_size: int, device, single_sample_groups: s
     """The batch's groups as [num_groups_of_size_s, s] index matrices, one per group size s,
     each group's samples in batch order (the peers loop over groups; equal-size groups are
     computed together here)."""
-    _group_index(group_ids, batch_size, device, single_sample_groups)  # validates, as the default path
+    group_index(group_ids, batch_size, device, single_sample_groups)  # validates, as the default path
     ids = torch.as_tensor(group_ids, device=device)
     _, index, sizes = torch.unique(ids, return_inverse=True, return_counts=True)
     order = torch.argsort(index, stable=True)
@@ -149,7 +150,7 @@ def _trl_nanstd(values: Tensor, dim=None) -> Tensor:
 
 @_register("trl")
 def _trl(estimator, matrix, group_ids, weights, options, token_mask, names):
-    from gdpo_nemo.advantages import _dense_group_size
+    from gdpo_nemo.estimators.dense import dense_group_size
 
     if estimator == "gdpo_no_bn":
         raise ValueError("strict=True with preset 'trl': TRL has no GDPO without batch norm; use 'gdpo' or 'grpo'")
@@ -157,7 +158,7 @@ def _trl(estimator, matrix, group_ids, weights, options, token_mask, names):
         raise ValueError("strict=True with preset 'trl': TRL's normalize_then_sum always divides by the group std")
     values = matrix.to(torch.float32)
     batch_size, num_rewards = values.shape
-    size = _dense_group_size(group_ids, batch_size, values.device)
+    size = dense_group_size(group_ids, batch_size, values.device)
     if size is None:
         raise ValueError(
             "strict=True with preset 'trl': group_ids must be consecutive groups of one size >= 2, as TRL lays out"

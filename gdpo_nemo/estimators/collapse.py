@@ -12,7 +12,7 @@ NVlabs/GDPO issue #3). So ``gdpo`` and ``gdpo_no_bn`` count the same.
 
 The count is exact: no epsilon, no rounding. Each advantage tuple is mapped to an exact
 canonical key, chosen by the ``collapse_key`` an estimator declares in the registry
-(gdpo_nemo.advantages; a function of its own, or one of these kinds):
+(gdpo_nemo.estimators.registry; a function of its own, or one of these kinds):
 
 - ``"centred_sum"`` (grpo_no_std): A_i = (G s_i - S) / G with integer sums, so the integer
   vector d = G s - S is the key.
@@ -42,7 +42,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from gdpo_nemo.advantages import ESTIMATORS, estimator_info
+from gdpo_nemo.estimators import general  # noqa: F401  (the built-in estimators, registered)
+from gdpo_nemo.estimators.groups import group_extremes, group_rows
+from gdpo_nemo.estimators.registry import ESTIMATORS, estimator_info
 
 __all__ = [
     "count_advantage_groups",
@@ -125,7 +127,7 @@ def _key_normalized_components(group: tuple[int, ...], num_rewards: int) -> tupl
     return tuple(sorted(keys))
 
 
-# One per gdpo_nemo.advantages.COLLAPSE_KINDS (a test keeps the two equal).
+# One per gdpo_nemo.estimators.registry.COLLAPSE_KINDS (a test keeps the two equal).
 KEYS_BY_KIND = {
     "centred_sum": _key_centred_sum,
     "normalized_sum": _key_normalized_sum,
@@ -225,10 +227,7 @@ DIAGNOSTIC_DECIMALS = 5
 def _group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
     """(group index [B] in 0..N-1, the permutation that sorts the batch by group), on
     `device` (the values'; default: the ids' own)."""
-    group_ids = torch.as_tensor(group_ids, device=device)
-    if group_ids.dim() != 1:
-        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B]")
-    _, index = torch.unique(group_ids, return_inverse=True)
+    index, _ = group_rows(group_ids, device)
     return index, torch.argsort(index, stable=True)
 
 
@@ -258,7 +257,8 @@ def distinct_advantage_groups(advantages: Tensor, group_ids: Tensor) -> int:
 
 
 def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str, float]:
-    """Share of groups in which each component is constant (no learning signal from it).
+    """Share of groups in which each component is constant (no learning signal from it): one
+    value up to float residue, as the estimators decide (gdpo_nemo.estimators.groups).
 
     Args:
         rewards: ``{name: Tensor[B]}``; NaN entries are ignored. Each component is reduced
@@ -272,16 +272,8 @@ def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str
     for name, values in rewards.items():
         values = torch.as_tensor(values, dtype=torch.float64)
         if values.device not in index_on:
-            index_on[values.device] = _group_rows(group_ids, values.device)[0]
-        index = index_on[values.device]
-        num_groups = int(index.max()) + 1 if index.numel() else 0
-        valid = ~torch.isnan(values)
-        hi = values.new_full((num_groups,), -math.inf).scatter_reduce(
-            0, index, torch.where(valid, values, torch.full_like(values, -math.inf)), reduce="amax"
-        )
-        lo = values.new_full((num_groups,), math.inf).scatter_reduce(
-            0, index, torch.where(valid, values, torch.full_like(values, math.inf)), reduce="amin"
-        )
-        constant = (hi == lo) | (hi < lo)
-        out[name] = float(constant.double().mean()) if num_groups else 0.0
+            index_on[values.device] = group_rows(group_ids, values.device)[0]
+        extremes = group_extremes(values, group_ids, index=index_on[values.device])
+        constant = extremes.constant()
+        out[name] = float(constant.double().mean()) if constant.numel() else 0.0
     return out

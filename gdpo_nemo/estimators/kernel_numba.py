@@ -1,4 +1,4 @@
-"""The numba kernels of gdpo_nemo.dense_kernel (which see): imported only there, lazily,
+"""The numba kernels of gdpo_nemo.estimators.kernel (which see): imported only there, lazily,
 so that the package imports without numba. Module-level functions, so that numba's disk
 cache finds them again in the next process."""
 

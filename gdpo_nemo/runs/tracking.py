@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from gdpo_nemo.rundir import METRICS_FILE, WANDB_ID_FILE, metrics_path, move_aside, split_metrics, wandb_dir
+from gdpo_nemo.runs.rundir import METRICS_FILE, WANDB_ID_FILE, metrics_path, move_aside, split_metrics, wandb_dir
 
 
 ONLINE_INIT_TIMEOUT_S = 20.0
@@ -279,7 +279,7 @@ def _wait_for_wandb_exit(sync_file: Path, timeout: float = 60.0) -> bool:
         except (OSError, ValueError):
             pass  # not written yet
         if time.monotonic() >= deadline:
-            print(f"gdpo_nemo.tracking: warning: {sync_file} has no exit record after {timeout:.0f} s;"
+            print(f"gdpo_nemo.runs.tracking: warning: {sync_file} has no exit record after {timeout:.0f} s;"
                   " its last rows may be missing", file=sys.stderr)
             return False
         time.sleep(0.1)

@@ -1,6 +1,7 @@
 """Paper Fig. 2 (toy table) and Fig. 3 (distinct advantage groups vs G and vs n).
 
 `gdpo-nemo collapse-figures [--out paper_figures/]` (gdpo_nemo.commands.collapse_figures) writes
+(the report writes Fig. 3 by `fig3`; the counting is gdpo_nemo.estimators.collapse)
   fig2_toy.md                           n=2, G=2: distinct groups per estimator
   fig3_advantage_groups.{png,pdf}       left: n=2, G=2..16; right: G=4, n=1..6
   fig3_advantage_groups.json            the plotted counts, with "exact" or "sampled" per point
@@ -13,14 +14,14 @@ import json
 from pathlib import Path
 
 
-# The estimators, labels and styles come from the registry (gdpo_nemo.advantages), imported
+# The estimators, labels and styles come from the registry (gdpo_nemo.estimators), imported
 # inside the functions: `gdpo-nemo collapse-figures --help` must not import torch.
 
 
 def fig3_estimators() -> list[str]:
     """The estimators drawn in the paper's Fig. 3 (registered with ``in_fig3``), in
     registration order: grpo, grpo_no_std, gdpo."""
-    from gdpo_nemo.advantages import ESTIMATORS
+    from gdpo_nemo.estimators import ESTIMATORS
 
     return [name for name, info in ESTIMATORS.items() if info.in_fig3]
 
@@ -31,7 +32,7 @@ def fig3_counts(
     """Counts for both panels: {"vs_group_size": [...rows], "vs_num_rewards": [...rows]}."""
     from tqdm import tqdm
 
-    from gdpo_nemo.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
+    from gdpo_nemo.estimators.collapse import DEFAULT_MAX_ENUMERATE, count_advantage_groups
 
     limit = DEFAULT_MAX_ENUMERATE if max_enumerate is None else max_enumerate
     settings = [("vs_group_size", 2, g) for g in group_sizes] + [("vs_num_rewards", n, 4) for n in num_rewards_range]
@@ -44,8 +45,8 @@ def fig3_counts(
 
 def fig2_table() -> str:
     """Markdown table of the paper's toy (n=2 binary rewards, G=2), before batch norm."""
-    from gdpo_nemo.advantages import estimator_info
-    from gdpo_nemo.collapse import count_advantage_groups
+    from gdpo_nemo.estimators import estimator_info
+    from gdpo_nemo.estimators.collapse import count_advantage_groups
 
     lines = ["| estimator | distinct advantage groups (n=2, G=2) |", "|---|---|"]
     for estimator in fig3_estimators():
@@ -106,3 +107,20 @@ def write_collapse_figures(out_dir: Path, *, samples: int = 100_000, max_enumera
     data.write_text(json.dumps(counts, indent=1) + "\n")
     return [toy, data, *plot_fig3(counts, out_dir / "fig3_advantage_groups")]
 
+
+def fig3(out_dir: Path, *, counts_path: Path | None = None, samples: int = 20_000, progress: bool = True) -> list[Path]:
+    """Paper Fig. 3 into `out_dir` (the report's and the notebooks' entry).
+
+    Reuses the counts JSON at `counts_path` (or ``out_dir/fig3_advantage_groups.json``) when
+    it exists; else counts (exact where small, `samples` random groups where not) and saves it.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "fig3_advantage_groups.json"
+    source = next((p for p in (counts_path, target) if p is not None and Path(p).exists()), None)
+    if source is not None:
+        counts = json.loads(Path(source).read_text())
+    else:
+        counts = fig3_counts(samples=samples, progress=progress)
+    if source != target:
+        target.write_text(json.dumps(counts, indent=1) + "\n")
+    return [target, *plot_fig3(counts, out_dir / "fig3_advantage_groups")]

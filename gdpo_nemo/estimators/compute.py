@@ -1,0 +1,204 @@
+"""`compute_advantages`, the one entry of the estimators: input checking, then the dense
+path (gdpo_nemo.estimators.dense) where the layout allows, else the registered estimator on
+the general path (gdpo_nemo.estimators.general), or a peer's own arithmetic with `strict`
+(gdpo_nemo.estimators.strict).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.estimators import kernel
+from gdpo_nemo.estimators.dense import dense_advantages, dense_group_size, kernel_advantages
+from gdpo_nemo.estimators.general import RewardOverflow
+from gdpo_nemo.estimators.groups import group_index
+from gdpo_nemo.estimators.options import AdvantageOptions
+from gdpo_nemo.estimators.registry import estimator_info
+from gdpo_nemo.estimators.strict import strict_advantages
+
+__all__ = ["compute_advantages"]
+
+
+def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> AdvantageOptions:
+    """`options` with `given` (names of AdvantageOptions' fields) applied and checked."""
+    if options is None:
+        given = dict(given)
+        return AdvantageOptions.resolve(given.pop("preset", None), **given)
+    if not isinstance(options, AdvantageOptions):
+        raise TypeError(f"options must be an AdvantageOptions, got {type(options).__name__}")
+    if not given:
+        return options
+    unknown = sorted(set(given) - set(AdvantageOptions.names()))
+    if unknown:
+        raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(AdvantageOptions.names())}")
+    options = replace(options, **{name: value for name, value in given.items() if value is not None})
+    problems = options.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return options
+
+
+def _as_columns(
+    rewards: Mapping[str, Tensor] | Tensor, component_names: Sequence[str] | None
+) -> tuple[list[Tensor], list[str]]:
+    """The reward components as float64 Tensor[B] each (views where the input allows), and
+    their names."""
+    if isinstance(rewards, Mapping):
+        if component_names is not None:
+            raise ValueError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
+        if not rewards:
+            raise ValueError("rewards is empty: give at least one named reward component")
+        names = list(rewards)
+        columns = []
+        for name in names:
+            column = torch.as_tensor(rewards[name])
+            if column.dim() != 1:
+                raise ValueError(f"rewards[{name!r}] has shape {tuple(column.shape)}; expected a 1-D Tensor[B]")
+            columns.append(column)
+        devices = {name: str(c.device) for name, c in zip(names, columns)}
+        if len(set(devices.values())) != 1:
+            raise ValueError(f"reward components are on different devices: {devices}; put them on one device")
+        lengths = {name: int(c.shape[0]) for name, c in zip(names, columns)}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
+        return [c.to(torch.float64) for c in columns], names
+    matrix = torch.as_tensor(rewards)
+    if matrix.dim() != 2:
+        raise ValueError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
+    if component_names is None:
+        raise ValueError("a Tensor[B, K] of rewards needs component_names=[...] (K names)")
+    names = list(component_names)
+    if len(names) != matrix.shape[1] or len(set(names)) != len(names):
+        raise ValueError(
+            f"component_names {names} must be {matrix.shape[1]} distinct names, one per column of rewards"
+        )
+    matrix = matrix.to(torch.float64)
+    return [matrix[:, k] for k in range(matrix.shape[1])], names
+
+
+def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None, device: torch.device) -> Tensor:
+    """w_k per component [K] float64 (1 where not named); the names must be components'
+    (the weights' form is AdvantageOptions' to check)."""
+    weights = torch.ones(len(names), dtype=torch.float64, device=device)
+    if reward_weights is None:
+        return weights
+    unknown = sorted(set(reward_weights) - set(names))
+    if unknown:
+        raise ValueError(f"reward_weights names unknown component(s) {unknown}; the components are {names}")
+    for name, weight in reward_weights.items():
+        weights[names.index(name)] = float(weight)
+    return weights
+
+
+def compute_advantages(
+    rewards: Mapping[str, Tensor] | Tensor,
+    group_ids: Tensor,
+    estimator: str = "gdpo",
+    *,
+    options: AdvantageOptions | None = None,
+    component_names: Sequence[str] | None = None,
+    token_mask: Tensor | None = None,
+    **given: Any,
+) -> Tensor:
+    """Advantages of a batch of rollouts from named reward components.
+
+    Args:
+        rewards: ``dict[name, Tensor[B]]`` of reward components, or ``Tensor[B, K]`` together
+            with ``component_names`` (K names). NaN marks a component a sample has no value
+            for; +-inf is rejected.
+        group_ids: ``Tensor[B]`` integer prompt-group id of each sample; groups may be of any
+            size >= 2 and in any order.
+        estimator: a registered name (``ESTIMATORS``; the paper's are ``grpo``, ``grpo_no_std``,
+            ``gdpo_no_bn`` and ``gdpo``).
+        options: an ``AdvantageOptions`` (e.g. ``AdvantageOptions.from_gdpo(config["gdpo"])``);
+            None: the defaults, or those of ``given``.
+        **given: options by name, the fields of ``AdvantageOptions`` (``preset`` = ``nemo_rl``
+            | ``trl`` | ``verl`` first applies that peer's numerics, ``PRESETS``; then
+            ``reward_weights``, ``leave_one_out``, ``std_ddof``, ``eps``, ``batch_norm_eps``,
+            ``scale_rewards``, ``single_sample_groups``, ``strict``; None keeps the preset's).
+            With ``options``, they replace its values.
+        token_mask: ``Tensor[B, T]`` of response tokens; with it GDPO's batch norm is per
+            token (verl), weighting each sample by its response length.
+
+    Device: the computation runs on the rewards' device (CPU, CUDA, any device with float64)
+    and the result is returned there; `group_ids` and `token_mask` are moved to it.
+
+    Returns:
+        ``Tensor[B]`` float32 on the rewards' device: one advantage per sample (constant
+        over its tokens). Finite; 0 for samples whose components are all NaN.
+    """
+    info = estimator_info(estimator)
+    columns, names = _as_columns(rewards, component_names)
+    if info.multi_component and len(names) < 2:
+        raise ValueError(
+            f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
+            f" got {names}. Use estimator='grpo' for a single reward"
+        )
+    batch_size = columns[0].shape[0]
+    if batch_size == 0:
+        raise ValueError("rewards has no samples (B = 0)")
+    device = columns[0].device
+    options = _options(options, given)
+    contradictions = options.problems_with(info)
+    if contradictions:
+        raise ValueError("; ".join(contradictions))
+    if token_mask is not None:
+        token_mask = torch.as_tensor(token_mask, device=device)
+        if token_mask.dim() != 2 or token_mask.shape[0] != batch_size:
+            raise ValueError(
+                f"token_mask has shape {tuple(token_mask.shape)}; expected Tensor[B, T] with B = {batch_size}"
+            )
+    weights = _weight_vector(names, options.reward_weights, device)
+    dense = info.dense is not None and token_mask is None
+    dense = dense and not (options.strict or options.leave_one_out or options.scale_rewards == "batch")
+    on_kernel = dense and device.type == "cpu" and kernel.available()
+    size = dense_group_size(group_ids, batch_size, device, verify=not on_kernel) if dense else None
+    if size is not None:  # the common layout, in few passes (None: the general path decides)
+        if on_kernel:  # one pass over the rewards and ids, which it checks (numba)
+            advantages = kernel_advantages(columns, torch.as_tensor(group_ids, device=device), size, info, weights, options)
+        else:  # torch ops, on any device
+            advantages = dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
+            advantages = None if advantages is None else _checked(advantages, estimator)
+        if advantages is not None:
+            return advantages
+    matrix = torch.stack(columns, dim=1)
+    infinite = torch.isinf(matrix)
+    if bool(infinite.any()):
+        column = int(infinite.any(dim=0).nonzero()[0])
+        raise ValueError(f"rewards[{names[column]!r}] contains an infinite value; rewards must be finite or NaN")
+    if options.strict:
+        return strict_advantages(options.preset, estimator, matrix, group_ids, weights, options, token_mask, names)
+    groups, order = group_index(group_ids, batch_size, matrix.device, options.single_sample_groups)
+    if order is not None:  # equal-size groups out of order: compute group by group, then undo
+        matrix = matrix[order]
+        token_mask = None if token_mask is None else token_mask[order]
+    valid = ~torch.isnan(matrix)
+    values = torch.where(valid, matrix, torch.zeros_like(matrix))
+    try:
+        advantages = info(values, valid, groups, weights, options, token_mask)
+    except RewardOverflow as error:
+        largest = values.abs().amax(dim=0)
+        column = int(largest.argmax())
+        raise RewardOverflow(
+            f"rewards[{names[column]!r}] reach {float(largest[column]):.3g}: {error}, so no std (and no"
+            " advantage) can be computed; rescale the reward (|r| up to ~1e150 works)"
+        ) from None
+    if order is not None:
+        advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
+    return _checked(advantages, estimator)
+
+
+def _checked(advantages: Tensor, estimator: str) -> Tensor:
+    """float32 advantages; a non-finite one is a bug, never a property of the input."""
+    out = advantages.to(torch.float32)
+    # A sum is non-finite when any term is (inf, -inf and NaN all propagate), and costs a
+    # tenth of isfinite's mask; only an overflowing sum of finite values needs the mask.
+    if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):
+        raise RuntimeError(f"estimator {estimator!r} produced a non-finite advantage")
+    return out
+

@@ -1,0 +1,205 @@
+"""The built-in estimators (paper Eqs. 1-6) on the general path: any group sizes and order,
+NaN components, leave-one-out, batch scaling, a token mask. Each is a small pure function
+over [B, K] float64 rewards, registered with its metadata (gdpo_nemo.estimators.registry).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.estimators.groups import Groups, constant_within
+from gdpo_nemo.estimators.options import RELATIVE_TOLERANCE, SCALE_REWARDS, AdvantageOptions
+from gdpo_nemo.estimators.registry import DenseForm, NemoRLEstimator, PlotStyle, register_estimator
+
+__all__ = ["RewardOverflow", "gdpo", "gdpo_no_bn", "grpo", "grpo_no_std"]
+
+
+# ---------------------------------------------------------------------------------------
+# Group statistics, vectorized with index_add / scatter_reduce over the group index.
+# ---------------------------------------------------------------------------------------
+
+
+def _others_constant(values: Tensor, valid: Tensor, groups: Groups) -> Tensor:
+    """[B, K] bool: the valid group-mates of each sample (itself excluded) are all equal, within
+    the relative tolerance that makes a whole group constant (`constant_within`).
+
+    The others' max and min are found from the group's largest and second-largest distinct
+    values and how many samples hold the largest.
+    """
+    index = groups.index
+    others = []
+    for reduce in ("amax", "amin"):
+        top = groups.extreme(values, valid, reduce)  # [N, K]
+        at_top = valid & (values == top[index])
+        n_top = groups.sum(at_top.to(values.dtype))[index]  # [B, K]
+        second = groups.extreme(values, valid & ~at_top, reduce)[index]
+        # Without this sample, the extreme stays `top` unless it was the only one there.
+        only_one = at_top & (n_top == 1)
+        others.append(torch.where(only_one, second, top[index]))
+    hi, lo = others
+    # No other valid sample at all (hi = -inf, lo = +inf) counts as constant: no variation.
+    return constant_within(hi, lo)
+
+
+def _normalize_in_groups(
+    values: Tensor, valid: Tensor, groups: Groups, options: AdvantageOptions, divide_by_std: bool
+) -> Tensor:
+    """Centre each column of `values` [B, K] in its group, optionally divide by the group std.
+
+    Invalid entries (and groups with fewer than 2 valid samples, where no baseline exists
+    besides the sample itself) give 0. Returns float64 [B, K].
+    """
+    index = groups.index
+    vf = valid.to(values.dtype)
+    count = groups.sum(vf)  # [N, K]
+    mean = groups.sum(values * vf) / count.clamp(min=1)
+    hi = groups.extreme(values, valid, "amax")
+    lo = groups.extreme(values, valid, "amin")
+    constant = constant_within(hi, lo)
+    # Exact zero for constant groups: their mean can carry a rounding residue.
+    centred = torch.where(valid & ~constant[index], values - mean[index], torch.zeros_like(values))
+    sq_dev = groups.sum(centred * centred)  # [N, K]
+    _refuse_overflow(sq_dev, "a group's squared deviations")
+    n = count[index]  # [B, K]
+
+    if options.leave_one_out:
+        m = n - 1  # number of group-mates of each sample
+        # r_i - mean(others) = c_i * n / m, with c_i = r_i - mean(group).
+        advantage = centred * n / m.clamp(min=1)
+        # Squared deviations of the others about their own mean.
+        others_sq = (sq_dev[index] - centred * centred * n / m.clamp(min=1)).clamp(min=0)
+        dof = m - options.std_ddof
+        std = torch.where(dof > 0, (others_sq / dof.clamp(min=1)).sqrt(), torch.zeros_like(others_sq))
+        std = torch.where(_others_constant(values, valid, groups), torch.zeros_like(std), std)
+        usable = valid & (m >= 1)
+    else:
+        advantage = centred
+        dof = n - options.std_ddof
+        std = torch.where(dof > 0, (sq_dev[index] / dof.clamp(min=1)).sqrt(), torch.zeros_like(centred))
+        std = torch.where(constant[index], torch.zeros_like(std), std)
+        usable = valid & (n >= 2)
+
+    if divide_by_std:
+        advantage = torch.where(std > 0, advantage / (std + options.eps), advantage)
+    return torch.where(usable, advantage, torch.zeros_like(advantage))
+
+
+class RewardOverflow(ValueError):
+    """Rewards so large that the squares of their deviations overflow float64 (|r| around
+    1e154 and beyond): a std cannot be computed, and no advantage is given in its place."""
+
+
+def _refuse_overflow(squares: Tensor, what: str) -> None:
+    """Raise RewardOverflow when `squares` (sums of squares of finite values) overflowed."""
+    if not math.isfinite(float(squares.sum())) and not bool(torch.isfinite(squares).all()):
+        raise RewardOverflow(f"{what} overflow float64")
+
+
+def _batch_norm(
+    values: Tensor, row_valid: Tensor, options: AdvantageOptions, token_mask: Tensor | None, scale: float
+) -> Tensor:
+    """Normalize `values` [B] over the valid samples of the batch (per sample or per token).
+
+    `scale` is the magnitude of the terms `values` was summed from (sum over components of
+    the largest |w_k A_k|): a batch std below RELATIVE_TOLERANCE * scale is float residue of
+    exact cancellation, and gives 0.
+    """
+    if token_mask is None:
+        weight = row_valid.to(values.dtype)
+    else:
+        weight = token_mask.to(values.dtype).sum(dim=1) * row_valid.to(values.dtype)
+    total = weight.sum()
+    if total <= 0:
+        return torch.zeros_like(values)
+    mean = (weight * values).sum() / total
+    centred = torch.where(weight > 0, values - mean, torch.zeros_like(values))
+    dof = total - options.std_ddof
+    var = (weight * centred * centred).sum() / dof if dof > 0 else values.new_zeros(())
+    _refuse_overflow(var, "the batch's squared deviations")
+    if var <= 0 or float(var.sqrt()) <= RELATIVE_TOLERANCE * scale:
+        return torch.zeros_like(values)
+    if token_mask is None:
+        return centred / (var.sqrt() + options.batch_norm_eps)
+    return centred / (var + options.batch_norm_eps).sqrt()
+
+
+def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, scale: float) -> Tensor:
+    """Std of `values` [B] over the valid samples (``std_ddof``); 0 when that is below
+    RELATIVE_TOLERANCE * `scale` (float residue of a constant batch) or undefined."""
+    weight = row_valid.to(values.dtype)
+    total = weight.sum()
+    dof = total - options.std_ddof
+    if dof <= 0:
+        return values.new_zeros(())
+    mean = (weight * values).sum() / total
+    var = (weight * (values - mean) ** 2).sum() / dof
+    _refuse_overflow(var, "the batch's squared deviations")
+    std = var.sqrt()
+    return values.new_zeros(()) if float(std) <= RELATIVE_TOLERANCE * scale else std
+
+
+def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
+    """sum_k w_k * parts[:, k] over the valid components of each sample: [B, K] -> [B]."""
+    return torch.where(valid, parts * weights, torch.zeros_like(parts)).sum(dim=1)
+
+
+# ---------------------------------------------------------------------------------------
+# The estimators.
+# ---------------------------------------------------------------------------------------
+
+
+def _grpo(rewards, valid, groups, weights, options, token_mask, scale_rewards: str) -> Tensor:
+    row_valid = valid.any(dim=1, keepdim=True)
+    reward_sum = _weighted_sum(rewards, valid, weights).unsqueeze(1)
+    centred = _normalize_in_groups(reward_sum, row_valid, groups, options, scale_rewards == "group").squeeze(1)
+    if scale_rewards != "batch":
+        return centred
+    # TRL scale_rewards="batch": the group-centred sum over the std of the sums in the batch.
+    scale = float(reward_sum.abs().max())
+    std = _batch_std(reward_sum.squeeze(1), row_valid.squeeze(1), options, scale)
+    return torch.where(std > 0, centred / (std + options.eps), centred)
+
+
+@register_estimator("grpo", label="GRPO", nemo_rl=NemoRLEstimator("grpo", normalize_rewards=True),
+                    collapse_key="normalized_sum", style=PlotStyle("tab:blue", "o", "-"), in_fig3=True,
+                    dense=DenseForm(divide_by_group_std=True), scale_rewards=SCALE_REWARDS)
+def grpo(rewards, valid, groups, weights, options, token_mask):
+    """GRPO (paper Eq. 1-2): sum the weighted components, normalize the sum within each group
+    (``scale_rewards``: by the group std, the batch std, or not at all)."""
+    return _grpo(rewards, valid, groups, weights, options, token_mask, options.scale_rewards)
+
+
+@register_estimator("grpo_no_std", label="GRPO w/o std", nemo_rl=NemoRLEstimator("grpo", normalize_rewards=False),
+                    collapse_key="centred_sum", style=PlotStyle("tab:orange", "s", "--"), in_fig3=True,
+                    dense=DenseForm(divide_by_group_std=False))
+def grpo_no_std(rewards, valid, groups, weights, options, token_mask):
+    """GRPO without std normalization (Dr.GRPO-style; NeMo RL normalize_rewards: false)."""
+    return _grpo(rewards, valid, groups, weights, options, token_mask, "none")
+
+
+# NeMo RL has no GDPO without batch norm (nemo_rl=None): gdpo_nemo's hook runs it there.
+@register_estimator("gdpo_no_bn", label="GDPO w/o BN", multi_component=True, nemo_rl=None,
+                    collapse_key="normalized_components", style=PlotStyle("tab:purple", "D", "--"),
+                    dense=DenseForm(divide_by_group_std=True))
+def gdpo_no_bn(rewards, valid, groups, weights, options, token_mask):
+    """GDPO without the final batch normalization (paper ablation): sum_k w_k A_k."""
+    per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
+    return _weighted_sum(per_component, valid, weights)
+
+
+@register_estimator("gdpo", label="GDPO", multi_component=True, nemo_rl=NemoRLEstimator("gdpo", normalize_rewards=True),
+                    collapse_key="normalized_components", style=PlotStyle("tab:green", "^", "-"), in_fig3=True,
+                    dense=DenseForm(divide_by_group_std=True, batch_norm=True), token_batch_norm=True)
+def gdpo(rewards, valid, groups, weights, options, token_mask):
+    """GDPO (paper Eqs. 4-6): normalize each component in its group, sum, batch-normalize
+    (``scale_rewards="none"``: centre each component without dividing by its std, NeMo RL's
+    GDPO with normalize_rewards: false)."""
+    per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
+    advantage_sum = _weighted_sum(per_component, valid, weights)
+    scale = float((per_component.abs().amax(dim=0) * weights.abs()).sum())
+    return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)
+
+

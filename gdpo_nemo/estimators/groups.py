@@ -1,0 +1,133 @@
+"""Prompt groups of a batch of rollouts, and the one group statistic the rest of the package
+shares: each group's extremes (`group_extremes`) and whether its values are one value up to
+float residue (`constant_within`). The estimators, the collapse diagnostics
+(zero_std_fraction) and the NeMo RL engine's dynamic-sampling signal all read groups
+through this module, so "a group with no signal" means the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from gdpo_nemo.estimators.options import RELATIVE_TOLERANCE
+
+__all__ = ["GroupExtremes", "Groups", "constant_within", "group_extremes", "group_index", "group_rows"]
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Group membership of a batch: `index[b]` in 0..num_groups-1.
+
+    `size` is set when every group has that many samples and the batch is ordered group by
+    group: reductions are then dense [num_groups, size, K] ops instead of scatters.
+    """
+
+    index: Tensor  # [B] long
+    num_groups: int
+    size: int | None = None
+
+    def sum(self, values: Tensor) -> Tensor:
+        """Per-group sums of `values` [B, K] -> [num_groups, K]."""
+        if self.size is not None:
+            return values.view(self.num_groups, self.size, -1).sum(dim=1)
+        out = values.new_zeros((self.num_groups, values.shape[1]))
+        return out.index_add_(0, self.index, values)
+
+    def extreme(self, values: Tensor, valid: Tensor, reduce: str) -> Tensor:
+        """Per-group max ("amax") or min ("amin") over valid entries; -+inf where none."""
+        fill = -math.inf if reduce == "amax" else math.inf
+        masked = torch.where(valid, values, torch.full_like(values, fill))
+        if self.size is not None:
+            grouped = masked.view(self.num_groups, self.size, -1)
+            return grouped.amax(dim=1) if reduce == "amax" else grouped.amin(dim=1)
+        index = self.index.unsqueeze(1).expand_as(values)
+        out = values.new_full((self.num_groups, values.shape[1]), fill)
+        return out.scatter_reduce_(0, index, masked, reduce=reduce, include_self=True)
+
+
+
+def group_index(
+    group_ids: Tensor, batch_size: int, device: torch.device, single_sample_groups: str = "raise"
+) -> tuple[Groups, Tensor | None]:
+    """The groups of `group_ids`, and the permutation that orders the batch group by group
+    when all groups have the same size (None when that is not needed or not possible).
+    Everything is on `device` (the rewards'): group ids are metadata and follow them."""
+    group_ids = torch.as_tensor(group_ids, device=device)
+    if group_ids.dim() != 1 or group_ids.shape[0] != batch_size:
+        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B] with B = {batch_size}")
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids has dtype {group_ids.dtype}; expected an integer tensor of prompt group ids")
+    unique, index, sizes = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    small = sizes < 2
+    if single_sample_groups == "raise" and bool(small.any()):
+        bad = unique[small][:5].tolist()
+        raise ValueError(
+            f"group_ids: group(s) {bad} have a single sample; every prompt group needs at least 2 rollouts"
+            " (group_size >= 2): a group of 1 has no baseline. single_sample_groups='zero' (preset"
+            " 'nemo_rl') gives such samples advantage 0 instead"
+        )
+    num_groups = int(unique.shape[0])
+    if bool((sizes == sizes[0]).all()):
+        size = int(sizes[0])
+        order = torch.argsort(index, stable=True)
+        contiguous = torch.arange(num_groups, device=device).repeat_interleave(size)
+        if bool((index == contiguous).all()):
+            order = None
+        return Groups(index=contiguous, num_groups=num_groups, size=size), order
+    return Groups(index=index, num_groups=num_groups), None
+
+
+
+
+def constant_within(hi: Tensor, lo: Tensor) -> Tensor:
+    """Values between `lo` and `hi` are one value up to float residue: hi - lo <=
+    RELATIVE_TOLERANCE * max(|hi|, |lo|) (exactly equal included). An empty group (hi = -inf,
+    lo = +inf) counts as constant: no variation."""
+    return (hi < lo) | ((hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs()))
+
+
+def group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[Tensor, int]:
+    """(group index [B] in 0..N-1 in the order of the ids, N), on `device` (default: the ids')."""
+    group_ids = torch.as_tensor(group_ids, device=device)
+    if group_ids.dim() != 1:
+        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B]")
+    _, index = torch.unique(group_ids, return_inverse=True)
+    return index, int(index.max()) + 1 if index.numel() else 0
+
+
+class GroupExtremes(NamedTuple):
+    """Per group of a batch (N groups): the largest and smallest non-NaN value (-inf / +inf
+    where none), and whether it holds a NaN; `index` [B] maps each sample to its group."""
+
+    index: Tensor
+    hi: Tensor
+    lo: Tensor
+    has_nan: Tensor
+
+    def constant(self) -> Tensor:
+        """[N] bool: the group's non-NaN values are one value up to residue (`constant_within`)."""
+        return constant_within(self.hi, self.lo)
+
+
+def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = None) -> GroupExtremes:
+    """The extremes of `values` [B] in each group of `group_ids` [B], computed in float64 on
+    the values' device. `index`: a `group_rows` index already made for these ids there."""
+    values = torch.as_tensor(values).to(torch.float64)
+    if index is None:
+        index, count = group_rows(group_ids, values.device)
+    else:
+        count = int(index.max()) + 1 if index.numel() else 0
+    if values.shape[0] != index.shape[0]:
+        raise ValueError(f"values has {values.shape[0]} samples but group_ids has {index.shape[0]}")
+    groups = Groups(index=index, num_groups=count)
+    column = values.unsqueeze(1)
+    valid = ~torch.isnan(column)
+    hi = groups.extreme(column, valid, "amax").squeeze(1)
+    lo = groups.extreme(column, valid, "amin").squeeze(1)
+    has_nan = groups.sum((~valid).to(torch.float64)).squeeze(1) > 0
+    return GroupExtremes(index, hi, lo, has_nan)

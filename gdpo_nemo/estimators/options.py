@@ -1,0 +1,157 @@
+"""The estimators' options: one frozen type, `AdvantageOptions`, that `compute_advantages`
+takes, the run config's gdpo block fills (`AdvantageOptions.from_gdpo`) and the config
+validation checks (`AdvantageOptions.problems`). Torch-free: composing and validating a
+config imports no torch.
+
+Numerical semantics of each option: gdpo_nemo.estimators (package docstring) and
+docs/estimators.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+__all__ = [
+    "BATCH_NORMS",
+    "PRESETS",
+    "RELATIVE_TOLERANCE",
+    "SCALE_REWARDS",
+    "SINGLE_SAMPLE_GROUPS",
+    "AdvantageOptions",
+    "weights_problem",
+]
+
+# Above float32 epsilon (1.2e-7): rewards usually arrive as float32, and their quantization
+# is the residue this tolerance absorbs.
+RELATIVE_TOLERANCE = 1e-6
+SCALE_REWARDS = ("group", "batch", "none")
+SINGLE_SAMPLE_GROUPS = ("raise", "zero")
+# GDPO's batch norm per sample, or per token (verl's masked_whiten; the engines then pass a
+# token mask). A gdpo-block key, not an option of the arithmetic: the token mask decides.
+BATCH_NORMS = ("sample", "token")
+
+PRESETS: dict[str, dict[str, object]] = {
+    # NeMo RL main (GDPOAdvantageEstimator + calculate_baseline_and_std_per_prompt).
+    "nemo_rl": {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 0.0, "single_sample_groups": "zero"},
+    # TRL >= 0.27, multi_objective_aggregation="normalize_then_sum".
+    "trl": {"std_ddof": 1, "eps": 1e-4, "batch_norm_eps": 1e-4},
+    # The GDPO authors' verl: group eps 1e-6, BN per token by masked_whiten (rsqrt(var + 1e-8)).
+    "verl": {"std_ddof": 1, "eps": 1e-6, "batch_norm_eps": 1e-8},
+}
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def weights_problem(weights: Any) -> str | None:
+    """None for a usable reward_weights value ({name: finite number} or None), else what is
+    accepted. The one check of its form; the names are checked against the components where
+    they are known (compute_advantages, the config's reward set)."""
+    if weights is None:
+        return None
+    if not isinstance(weights, Mapping) or not all(isinstance(name, str) for name in weights):
+        return f"a mapping {{component: number}} or null, got {weights!r}"
+    bad = {name: value for name, value in weights.items() if not _is_number(value)}
+    if bad:
+        return f"finite numbers as weights, got {bad}"
+    return None
+
+
+@dataclass(frozen=True)
+class AdvantageOptions:
+    """Every option of the estimators but the estimator itself. Defaults are NeMo RL's
+    numerics (the cluster engine) with a group of one sample refused; `resolve` applies a
+    preset, `from_gdpo` reads a run config's gdpo block."""
+
+    preset: str | None = None
+    """Whose numerics these are ("nemo_rl", "trl", "verl"), or None; needed by `strict`."""
+    reward_weights: Mapping[str, float] | None = None
+    """{component: w_k}; components not named weigh 1 (paper: all 1). None: all 1."""
+    leave_one_out: bool = False
+    """Baseline and std from the other samples of the group (NeMo RL use_leave_one_out_baseline)."""
+    std_ddof: int = 1
+    """Delta degrees of freedom of every std (group and batch): 1 = Bessel (all peers), 0 = population."""
+    eps: float = 1e-6
+    """Added to a non-zero group std before dividing (NeMo RL 1e-6, TRL 1e-4, verl 1e-6)."""
+    batch_norm_eps: float = 0.0
+    """Per-sample BN: added to the batch std (NeMo RL 0, TRL 1e-4). Per-token BN: added to the
+    variance inside the square root (verl's masked_whiten: 1e-8)."""
+    scale_rewards: str = "group"
+    """"group": divide by the group std; "none": do not (TRL scale_rewards="none", NeMo RL
+    normalize_rewards: false); "batch" (grpo only): divide by the batch std of the reward sums (TRL)."""
+    single_sample_groups: str = "raise"
+    """A group of one sample: "raise" a ValueError, or "zero": advantage 0 (NeMo RL)."""
+    strict: bool = False
+    """Reproduce the preset's peer exactly: its float32 formulas, float residue of constant
+    groups included (gdpo_nemo.estimators.strict). Needs a preset."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(item.name for item in fields(cls))
+
+    @classmethod
+    def resolve(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":
+        """The options of `preset` (None: the defaults above) with `given` (None = keep);
+        a ValueError naming every bad option, a TypeError for an unknown name."""
+        unknown = sorted(set(given) - set(cls.names()))
+        if unknown:
+            raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(cls.names())}")
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)} or None")
+        options = cls(preset=preset, **(PRESETS[preset] if preset is not None else {}))
+        options = replace(options, **{name: value for name, value in given.items() if value is not None})
+        problems = options.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return options
+
+    @classmethod
+    def from_gdpo(cls, gdpo: Mapping, *, nemo_engine: bool = False) -> "AdvantageOptions":
+        """The options a run config's gdpo block asks for (its null values: the preset's).
+
+        nemo_engine: with no preset and single_sample_groups null, a group of one sample gets
+        0 as under NeMo RL's native estimators (the local engine raises: usually wrong groups).
+        """
+        given = {name: gdpo.get(name) for name in cls.names() if name != "preset"}
+        if given["reward_weights"] is not None:
+            given["reward_weights"] = dict(given["reward_weights"])
+        preset = gdpo.get("preset")
+        if given["single_sample_groups"] is None and nemo_engine and preset is None:
+            given["single_sample_groups"] = "zero"
+        return cls.resolve(preset, **given)
+
+    def problems(self) -> list[str]:
+        """What is wrong with these options, one line each naming the option (empty: none)."""
+        problems = []
+        if self.preset is not None and self.preset not in PRESETS:
+            problems.append(f"preset = {self.preset!r}; expected one of {sorted(PRESETS)} or None")
+        weights = weights_problem(self.reward_weights)
+        if weights:
+            problems.append(f"reward_weights: expected {weights}")
+        for name in ("leave_one_out", "strict"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} = {getattr(self, name)!r}; expected True or False")
+        if isinstance(self.std_ddof, bool) or self.std_ddof not in (0, 1):
+            problems.append(f"std_ddof = {self.std_ddof!r}; expected 0 or 1")
+        for name in ("eps", "batch_norm_eps"):
+            value = getattr(self, name)
+            if not (_is_number(value) and value >= 0):
+                problems.append(f"{name} = {value!r}; expected a finite number >= 0")
+        for name, accepted in (("scale_rewards", SCALE_REWARDS), ("single_sample_groups", SINGLE_SAMPLE_GROUPS)):
+            if getattr(self, name) not in accepted:
+                problems.append(f"{name} = {getattr(self, name)!r}; expected one of {list(accepted)}")
+        if self.strict is True and self.preset is None:
+            problems.append(f"strict=True reproduces a peer exactly and needs preset= one of {sorted(PRESETS)}")
+        return problems
+
+    def problems_with(self, info) -> list[str]:
+        """What these options contradict in estimator `info` (an EstimatorInfo)."""
+        if self.scale_rewards in info.scale_rewards:
+            return []
+        return [
+            f"scale_rewards={self.scale_rewards!r} does not apply to estimator {info.name!r};"
+            f" it takes {' or '.join(repr(s) for s in info.scale_rewards)}"
+        ]

@@ -1,0 +1,10 @@
+"""A run on disk: its name, its folder and its metrics sink, the same on both engines.
+
+Modules: run_id (`RunId`, the (experiment, task, model, algo, seed) name of a run: run dir,
+W&B name and group, Slurm job name), rundir (the run-dir layout: every file and folder name
+of a run dir and the one reader or writer of each), tracking (`Tracker`, the one metrics
+sink: ``metrics.jsonl`` always, W&B when enabled, and the reader of W&B's offline files).
+
+Nothing here imports torch or another part of gdpo_nemo: the engines, the sweep, the eval
+command and the analysis all build on it.
+"""
