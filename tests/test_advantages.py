@@ -244,7 +244,7 @@ def test_output_is_float32_per_sample():
         (dict(rewards={"a": t(1, 0), "b": t(1, 0, 1)}, group_ids=torch.tensor([0, 0])), "differ in length"),
         (dict(rewards={"a": t(1, 0), "b": t(0, 1)}, group_ids=torch.tensor([0, 0, 0])), "group_ids has shape"),
         (dict(rewards={"a": t(1, 0, 1), "b": t(0, 1, 1)}, group_ids=torch.tensor([0, 0, 1])), "single sample"),
-        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, scale_rewards="batch"), "scale_rewards='batch'"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, scale_rewards="batch"), "scale_rewards: 'batch' is TRL's GRPO option"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, estimator="grpo", scale_rewards="std"), "scale_rewards"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, single_sample_groups="drop"), "single_sample_groups"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, strict=True), "needs preset"),

@@ -132,7 +132,7 @@ def test_strict_peer_reproduction_refuses_an_estimator_no_peer_has(toy):
 
 def test_trl_batch_scaling_is_refused_unless_declared(toy):
     rewards = {"format": torch.tensor([1.0, 0.0]), "correctness": torch.tensor([1.0, 0.0])}
-    with pytest.raises(ValueError, match="scale_rewards='batch'"):
+    with pytest.raises(ValueError, match="scale_rewards: 'batch' is TRL's GRPO option; estimator 'sign_grpo' takes 'group' or 'none'"):
         compute_advantages(rewards, torch.tensor([0, 0]), estimator=toy, scale_rewards="batch")
 
 

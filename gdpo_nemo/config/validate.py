@@ -38,6 +38,7 @@ from gdpo_nemo.config.derive import (
 )
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import estimator_registry, multi_component_estimators
+from gdpo_nemo.estimators.options import AdvantageOptions
 from gdpo_nemo.runs.run_id import RunId
 
 __all__ = [
@@ -110,25 +111,21 @@ def reward_problems(gdpo: Mapping) -> list[str]:
 
 
 def estimator_option_problems(gdpo: Mapping) -> list[str]:
-    """Estimator options that contradict each other or the estimator."""
-    problems = []
-    estimator, preset = gdpo.get("estimator"), gdpo.get("preset")
-    registry = estimator_registry()
-    info = registry.get(estimator) if isinstance(estimator, str) else None
+    """Estimator options that contradict each other or the estimator: `AdvantageOptions`'
+    own checks (gdpo_nemo.estimators.options), named by their gdpo keys, plus the two that
+    concern the config's nulls and its batch-norm kind."""
+    estimator = gdpo.get("estimator")
+    info = estimator_registry().get(estimator) if isinstance(estimator, str) else None
     if info is None:
-        return problems  # gdpo_key_problems names it
+        return []  # gdpo_key_problems names it
+    problems = []
     if gdpo.get("batch_norm", "sample") == "token" and not info.token_batch_norm:
-        token = [name for name, entry in registry.items() if entry.token_batch_norm]
-        shown = " or ".join(repr(name) for name in token)
-        problems.append(f"gdpo.batch_norm: 'token' only applies to gdpo.estimator {shown}, got {estimator!r}")
-    scale = gdpo.get("scale_rewards", "group")
-    if scale not in info.scale_rewards:
-        why = "is TRL's GRPO option; " if scale == "batch" else ""
-        accepted = " or ".join(repr(value) for value in info.scale_rewards)
-        problems.append(f"gdpo.scale_rewards: {scale!r} {why}gdpo.estimator {estimator!r} takes {accepted}")
-    if gdpo.get("strict", False):
-        if preset is None:
-            problems.append("gdpo.strict: true reproduces a peer exactly and needs gdpo.preset (nemo_rl, trl or verl)")
+        token = " or ".join(repr(name) for name, entry in estimator_registry().items() if entry.token_batch_norm)
+        problems.append(f"gdpo.batch_norm: 'token' only applies to gdpo.estimator {token}, got {estimator!r}")
+    given = AdvantageOptions.given_by_gdpo(gdpo)
+    options = AdvantageOptions.unchecked(given.pop("preset"), **given)
+    problems += options.problems("gdpo.") + options.problems_with(info, "gdpo.")
+    if options.strict is True:
         for key in ("std_ddof", "eps"):
             if gdpo.get(key) is not None:
                 problems.append(

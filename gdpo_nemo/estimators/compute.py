@@ -25,22 +25,17 @@ __all__ = ["compute_advantages"]
 
 
 def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> AdvantageOptions:
-    """`options` with `given` (names of AdvantageOptions' fields) applied and checked."""
+    """`options` (None: the defaults, or the given preset's) with `given` (names of
+    AdvantageOptions' fields) applied, checked."""
     if options is None:
         given = dict(given)
         return AdvantageOptions.resolve(given.pop("preset", None), **given)
     if not isinstance(options, AdvantageOptions):
         raise TypeError(f"options must be an AdvantageOptions, got {type(options).__name__}")
-    if not given:
-        return options
     unknown = sorted(set(given) - set(AdvantageOptions.names()))
     if unknown:
         raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(AdvantageOptions.names())}")
-    options = replace(options, **{name: value for name, value in given.items() if value is not None})
-    problems = options.problems()
-    if problems:
-        raise ValueError("; ".join(problems))
-    return options
+    return replace(options, **{name: value for name, value in given.items() if value is not None}).checked()
 
 
 def _as_columns(

@@ -93,65 +93,80 @@ class AdvantageOptions:
         return tuple(item.name for item in fields(cls))
 
     @classmethod
-    def resolve(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":
-        """The options of `preset` (None: the defaults above) with `given` (None = keep);
-        a ValueError naming every bad option, a TypeError for an unknown name."""
+    def unchecked(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":
+        """The options of `preset` (its numerics; None or an unknown name: the defaults) with
+        `given` (None = keep), not checked: `problems()` says what is wrong with them."""
         unknown = sorted(set(given) - set(cls.names()))
         if unknown:
             raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(cls.names())}")
-        if preset is not None and preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)} or None")
-        options = cls(preset=preset, **(PRESETS[preset] if preset is not None else {}))
-        options = replace(options, **{name: value for name, value in given.items() if value is not None})
-        problems = options.problems()
-        if problems:
-            raise ValueError("; ".join(problems))
-        return options
+        numerics = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
+        options = cls(preset=preset, **numerics)
+        return replace(options, **{name: value for name, value in given.items() if value is not None})
 
     @classmethod
-    def from_gdpo(cls, gdpo: Mapping, *, nemo_engine: bool = False) -> "AdvantageOptions":
-        """The options a run config's gdpo block asks for (its null values: the preset's).
+    def resolve(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":
+        """`unchecked(preset, **given)`, checked: a ValueError naming every bad option, a
+        TypeError for an unknown name."""
+        return cls.unchecked(preset, **given).checked()
+
+    @staticmethod
+    def given_by_gdpo(gdpo: Mapping, *, nemo_engine: bool = False) -> dict[str, Any]:
+        """The options a run config's gdpo block names (its nulls: the preset's), by field.
 
         nemo_engine: with no preset and single_sample_groups null, a group of one sample gets
         0 as under NeMo RL's native estimators (the local engine raises: usually wrong groups).
         """
-        given = {name: gdpo.get(name) for name in cls.names() if name != "preset"}
-        if given["reward_weights"] is not None:
+        given = {name: gdpo.get(name) for name in AdvantageOptions.names()}
+        if given["reward_weights"] is not None and isinstance(given["reward_weights"], Mapping):
             given["reward_weights"] = dict(given["reward_weights"])
-        preset = gdpo.get("preset")
-        if given["single_sample_groups"] is None and nemo_engine and preset is None:
+        if given["single_sample_groups"] is None and nemo_engine and given["preset"] is None:
             given["single_sample_groups"] = "zero"
-        return cls.resolve(preset, **given)
+        return given
 
-    def problems(self) -> list[str]:
-        """What is wrong with these options, one line each naming the option (empty: none)."""
+    @classmethod
+    def from_gdpo(cls, gdpo: Mapping, *, nemo_engine: bool = False) -> "AdvantageOptions":
+        """The options a run config's gdpo block asks for, checked (`given_by_gdpo`)."""
+        given = cls.given_by_gdpo(gdpo, nemo_engine=nemo_engine)
+        return cls.resolve(given.pop("preset"), **given)
+
+    def checked(self) -> "AdvantageOptions":
+        """These options, or a ValueError naming every problem (`problems`)."""
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def problems(self, prefix: str = "") -> list[str]:
+        """What is wrong with these options, one line each naming the option (`prefix` before
+        each name: "gdpo." in a run config); empty: nothing."""
         problems = []
         if self.preset is not None and self.preset not in PRESETS:
-            problems.append(f"preset = {self.preset!r}; expected one of {sorted(PRESETS)} or None")
+            problems.append(f"{prefix}preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)} or null")
         weights = weights_problem(self.reward_weights)
         if weights:
-            problems.append(f"reward_weights: expected {weights}")
+            problems.append(f"{prefix}reward_weights: expected {weights}")
         for name in ("leave_one_out", "strict"):
             if not isinstance(getattr(self, name), bool):
-                problems.append(f"{name} = {getattr(self, name)!r}; expected True or False")
+                problems.append(f"{prefix}{name}: {getattr(self, name)!r}; expected true or false")
         if isinstance(self.std_ddof, bool) or self.std_ddof not in (0, 1):
-            problems.append(f"std_ddof = {self.std_ddof!r}; expected 0 or 1")
+            problems.append(f"{prefix}std_ddof: {self.std_ddof!r}; expected 0 or 1")
         for name in ("eps", "batch_norm_eps"):
             value = getattr(self, name)
             if not (_is_number(value) and value >= 0):
-                problems.append(f"{name} = {value!r}; expected a finite number >= 0")
+                problems.append(f"{prefix}{name}: {value!r}; expected a finite number >= 0")
         for name, accepted in (("scale_rewards", SCALE_REWARDS), ("single_sample_groups", SINGLE_SAMPLE_GROUPS)):
             if getattr(self, name) not in accepted:
-                problems.append(f"{name} = {getattr(self, name)!r}; expected one of {list(accepted)}")
+                problems.append(f"{prefix}{name}: {getattr(self, name)!r}; expected one of {list(accepted)}")
         if self.strict is True and self.preset is None:
-            problems.append(f"strict=True reproduces a peer exactly and needs preset= one of {sorted(PRESETS)}")
+            problems.append(
+                f"{prefix}strict: true reproduces a peer exactly and needs {prefix}preset ({', '.join(PRESETS)})"
+            )
         return problems
 
-    def problems_with(self, info) -> list[str]:
+    def problems_with(self, info, prefix: str = "") -> list[str]:
         """What these options contradict in estimator `info` (an EstimatorInfo)."""
         if self.scale_rewards in info.scale_rewards:
             return []
-        return [
-            f"scale_rewards={self.scale_rewards!r} does not apply to estimator {info.name!r};"
-            f" it takes {' or '.join(repr(s) for s in info.scale_rewards)}"
-        ]
+        why = "is TRL's GRPO option; " if self.scale_rewards == "batch" else ""
+        accepted = " or ".join(repr(value) for value in info.scale_rewards)
+        return [f"{prefix}scale_rewards: {self.scale_rewards!r} {why}{prefix}estimator {info.name!r} takes {accepted}"]
