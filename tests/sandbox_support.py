@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from gdpo_nemo.sandbox import Limits, Sandbox, SandboxPool
+from tests.support.requirements import require, requires
 
 # Small limits keep hostile programs cheap: this machine is shared with other people.
 SMALL = Limits(
@@ -19,16 +20,13 @@ SMALL = Limits(
     tmp_bytes=8 << 20,
 )
 
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="needs bubblewrap (Debian package `bubblewrap`), which CI installs"
-)
+needs_bwrap = requires(shutil.which("bwrap") is not None, "bubblewrap (Debian package `bubblewrap`), which CI installs")
 
 
 @pytest.fixture(scope="session")
 def sandbox() -> Sandbox:
     """The bubblewrap sandbox; fails (does not skip) if bwrap is installed but broken."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("needs bubblewrap (Debian package `bubblewrap`), which CI installs")
+    require(shutil.which("bwrap") is not None, "bubblewrap (Debian package `bubblewrap`), which CI installs")
     box = Sandbox(backend="bwrap")
     assert box.active_backend == "bwrap"
     return box

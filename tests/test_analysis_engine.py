@@ -27,10 +27,23 @@ def make_engine_runs(root: Path) -> Path:
 
     import wandb
 
+    before = os.environ.get("WANDB_MODE")
+    os.environ["WANDB_MODE"] = "offline"  # put back below: later tests see the environment they had
+    try:
+        _train_runs(root)
+    finally:
+        if before is None:
+            os.environ.pop("WANDB_MODE", None)
+        else:
+            os.environ["WANDB_MODE"] = before
+    wandb.teardown()  # flush wandb-core's offline files before anyone reads them
+    return root
+
+
+def _train_runs(root: Path) -> None:
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.trainer import train
 
-    os.environ["WANDB_MODE"] = "offline"
     for estimator in ESTIMATORS:
         for seed in SEEDS:
             config, _ = load_run_config(REPO / "configs" / "local" / "tiny.yaml", [
@@ -39,8 +52,6 @@ def make_engine_runs(root: Path) -> Path:
             run_dir = root / RunId.from_config(config).name
             if not (run_dir / "DONE").exists():
                 train(config, run_dir, log=lambda *args: None)
-    wandb.teardown()  # flush wandb-core's offline files before anyone reads them
-    return root
 
 
 @pytest.fixture(scope="session")

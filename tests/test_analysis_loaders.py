@@ -101,7 +101,6 @@ def test_not_a_wandb_file_is_a_problem_naming_the_file(tmp_path):
 
 
 def test_nemo_rl_log_dir_tensorboard_and_train_data(tmp_path):
-    pytest.importorskip("tensorboard", reason="torch's SummaryWriter needs the tensorboard package")
     from torch.utils.tensorboard import SummaryWriter
 
     # NeMo RL layout: <log_dir>/tensorboard/events..., <log_dir>/train_data_step<N>.jsonl;
@@ -129,7 +128,6 @@ def test_nemo_rl_log_dir_tensorboard_and_train_data(tmp_path):
 
 
 def test_tfevents_reader_matches_the_writer_and_survives_a_torn_tail(tmp_path):
-    pytest.importorskip("tensorboard", reason="torch's SummaryWriter needs the tensorboard package")
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(tmp_path))

@@ -18,20 +18,26 @@ import pytest
 
 from gdpo_nemo.evaluation import bfcl, bfcl_format
 from gdpo_nemo.evaluation.backends import Response
+from tests.support.requirements import broken, requires
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _bfcl_ready() -> bool:
+def _needs_bfcl():
+    """Missing .venv-bfcl: skipped (failed under CI=true); present but without a working
+    bfcl-eval: failed everywhere."""
+    try:
+        bfcl.bfcl_python()
+    except ValueError:
+        return requires(False, "bfcl-eval in .venv-bfcl (bash scripts/setup_bfcl.sh, or set GDPO_BFCL_PYTHON)")
     try:
         bfcl.data_dir()
-        return True
-    except ValueError:
-        return False
+    except (ValueError, OSError, subprocess.SubprocessError) as error:
+        return broken("bfcl-eval in .venv-bfcl", str(error))
+    return requires(True, "bfcl-eval")
 
 
-needs_bfcl = pytest.mark.skipif(not _bfcl_ready(), reason="bfcl-eval is not importable: no .venv-bfcl"
-                                " (run bash scripts/setup_bfcl.sh, or set GDPO_BFCL_PYTHON)")
+needs_bfcl = _needs_bfcl()
 
 
 def call(tool: str, **parameters) -> str:

@@ -17,6 +17,7 @@ import pytest
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.runs.rundir import read_metrics
+from tests.support.requirements import require
 
 REPO = Path(__file__).resolve().parents[1]
 COMPONENTS = {"gsm8k": ["format", "correctness", "integer"], "toolcall": ["format", "correctness"]}
@@ -76,12 +77,14 @@ def test_the_study_script_names_a_bad_filter_and_starts_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_the_gpu_benchmark_against_trl_runs_at_tiny_size_on_the_cpu():
-    pytest.importorskip("trl", reason="the bench extra (trl) is not installed")
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu_vs_trl.py"), "--device", "cpu",
+    # TRL lives in .venv-peers (scripts/setup_peers.sh; `scripts/setup.sh --all`), beside torch
+    # and transformers of its own: the benchmark runs there, with the repo on its path.
+    python = REPO / ".venv-peers" / "bin" / "python"
+    require(python.exists(), "TRL in .venv-peers (scripts/setup_peers.sh)")
+    done = subprocess.run([str(python), str(REPO / "benchmarks" / "bench_gpu_vs_trl.py"), "--device", "cpu",
                            "--dtype", "float32", "--model", "builtin:tiny", "--prompts", "2", "--generations", "2",
                            "--max-new-tokens", "4", "--micro-batch", "2", "--steps", "2"],
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *sys.path])), capture_output=True,
-                          text=True, timeout=900)
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2 prompts x 2 generations x 4 new tokens" in done.stdout and "cpu float32" in done.stdout
     ratio = [line for line in done.stdout.splitlines() if line.startswith("ratio ours / TRL")]

@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from gdpo_nemo.engines.local.models import cache_dir
+from tests.support.requirements import requires
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / f"lock-py{sys.version_info[0]}.{sys.version_info[1]}.txt"
@@ -40,7 +41,7 @@ def _locked() -> dict[str, str]:
     return pins
 
 
-needs_lock = pytest.mark.skipif(not LOCK.is_file(), reason=f"no lock for this Python: {LOCK.name} (scripts/lock.sh)")
+needs_lock = requires(LOCK.is_file(), f"a lock for this Python: {LOCK.name} (scripts/lock.sh)")
 
 
 @needs_lock

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config
 from gdpo_nemo.engines.local.trainer import train
@@ -131,8 +132,6 @@ TASK_RUNS = [(task, "gdpo") for task in TASK_COMPONENTS] + [("gsm8k", e) for e i
 
 @pytest.mark.parametrize("task, estimator", TASK_RUNS)
 def test_each_task_and_estimator_trains_and_logs_per_reward_metrics(task, estimator, tmp_path):
-    if task == "code":
-        pytest.importorskip("gdpo_nemo.rewards.code", reason="the code rewards are not in this build yet")
     # Byte-level tokens: the tool-calling system prompt (tool schemas) is ~2,200 tokens.
     config = tiny_config(f"gdpo.task={task}", f"gdpo.estimator={estimator}", "grpo.max_num_steps=2",
                          "gdpo.length_limit=8", "policy.max_total_sequence_length=4096",
@@ -253,8 +252,18 @@ def test_warm_start_runs_once_and_is_reused_from_the_cache(tmp_path, monkeypatch
     saved = list((tmp_path / "cache" / "warm_start").iterdir())
     assert len(saved) == 1 and json.loads((saved[0] / "warm_start.json").read_text())["losses"]
     lines.clear()
-    train(tiny_config(*overrides, "gdpo.estimator=grpo"), tmp_path / "b", log=lines.append)
+    # lr 0: the policy the run trains is what it loaded, so its first checkpoint must hold the
+    # warm-started weights (not the base model's), read from the cache.
+    frozen = (*overrides, "gdpo.estimator=grpo", "policy.optimizer.kwargs.lr=0.0", "policy.optimizer.kwargs.weight_decay=0.0",
+              "checkpointing.save_period=1")
+    train(tiny_config(*frozen), tmp_path / "b", log=lines.append)
     assert any("warm-start: using cached" in line for line in lines)
+    warm = load_file(str(saved[0] / "model.safetensors"))
+    trained = load_file(str(tmp_path / "b" / "checkpoints" / "step_1" / "model.safetensors"))
+    assert set(warm) <= set(trained) and all(torch.equal(trained[name], warm[name]) for name in warm)
+    train(tiny_config(*frozen, "gdpo.local.warm_start.enabled=false"), tmp_path / "c")  # the base: other weights
+    base = load_file(str(tmp_path / "c" / "checkpoints" / "step_1" / "model.safetensors"))
+    assert any(not torch.equal(base[name], warm[name]) for name in warm)
 
 
 def _train_command(run_dir, *extra):

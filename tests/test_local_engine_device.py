@@ -252,8 +252,6 @@ def test_gpu_sampling_with_a_cpu_generator_is_an_error_naming_the_fix():
 @needs_cuda
 @pytest.mark.parametrize("task, estimator", TASK_RUNS)
 def test_gpu_each_task_and_estimator_trains_on_cuda(task, estimator, tmp_path):
-    if task == "code":
-        pytest.importorskip("gdpo_nemo.rewards.code", reason="the code rewards are not in this build yet")
     config = tiny_config(*ON_CUDA, f"gdpo.task={task}", f"gdpo.estimator={estimator}", "grpo.max_num_steps=2",
                          "gdpo.length_limit=8", "policy.max_total_sequence_length=4096",
                          f"grpo.num_prompts_per_step={1 if task == 'toolcall' else 2}")

@@ -5,9 +5,10 @@ Scoring (environment logic over the reward registry), the estimator adapter (NeM
 diagnostics, the metrics.jsonl writer, the data processors (DatumSpec dicts), the hook
 wrappers, and the entry point up to the point where NeMo RL would start.
 
-The wrapper tests call the wrappers around small functions written here in place of NeMo
-RL's rollout/validate/logger, because NeMo RL cannot be installed on this machine; what
-NeMo RL itself would do with them is listed as not exercised in docs/nemo_rl.md.
+The wrapper tests here call the wrappers around small functions written in place of NeMo
+RL's rollout/validate/logger: the unit level, in .venv. The NeMo RL tier (tests/nemo_tier/,
+run in .venv-nemo with NeMo RL's pinned source) runs the same hooks inside NeMo RL's own
+grpo_train on this CPU; docs/nemo_rl.md lists what only a GPU cluster exercises.
 """
 
 from __future__ import annotations
@@ -186,8 +187,12 @@ def test_token_batch_norm_weights_samples_by_their_response_tokens():
     adv = AdvantageEstimator(settings).compute_advantage(prompt_ids, None, mask, repeated_batch=batch)
     sample = AdvantageEstimator(EstimatorSettings(estimator="gdpo", components=("a", "b"))).compute_advantage(
         prompt_ids, None, mask, repeated_batch=batch)
-    weighted_mean = float((adv[:, 0] * mask.sum(1)).sum() / mask.sum())
+    tokens = mask.sum(1)
+    weighted_mean = float((adv[:, 0] * tokens).sum() / tokens.sum())
     assert abs(weighted_mean) < 1e-5
+    # and unit variance per token (Bessel over the 10 tokens, NeMo RL's batch eps 0)
+    weighted_var = float((tokens * (adv[:, 0] - weighted_mean) ** 2).sum() / (tokens.sum() - 1))
+    assert abs(weighted_var - 1.0) < 1e-5
     assert not torch.allclose(adv, sample)
 
 

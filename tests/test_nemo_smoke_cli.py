@@ -12,6 +12,7 @@ import pytest
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.nemo.cpu.smoke import MAX_GEN_BATCHES, SmokeSize, cpu_config
+from tests.support.requirements import requires
 
 REPO = Path(__file__).resolve().parents[1]
 NEMO_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
@@ -64,7 +65,7 @@ def test_a_bad_override_names_its_key(run_yaml, tmp_path):
         cpu_config(config, model_dir="/m", run_dir=tmp_path, overrides=["grpo.max_num_stepz=3"])
 
 
-@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
+@requires(NEMO_PYTHON.exists(), ".venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
 def test_without_nemo_rl_the_command_hands_over_to_venv_nemo_and_refuses_a_bad_model(run_yaml, tmp_path):
     done = _smoke(run_yaml, "--model", "no-such-model", "--run-dir", tmp_path / "run")
     assert done.returncode == 2, done.stderr
@@ -72,7 +73,7 @@ def test_without_nemo_rl_the_command_hands_over_to_venv_nemo_and_refuses_a_bad_m
     assert "NeMo RL is not importable" not in done.stderr  # it ran in .venv-nemo
 
 
-@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
+@requires(NEMO_PYTHON.exists(), ".venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
 def test_a_run_dir_that_holds_a_run_is_never_written_without_resume(run_yaml, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -85,7 +86,7 @@ def test_a_run_dir_that_holds_a_run_is_never_written_without_resume(run_yaml, tm
     assert done.returncode == 2 and "holds no run" in done.stderr
 
 
-@pytest.mark.skipif(not NEMO_PYTHON.exists(), reason="no .venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
+@requires(NEMO_PYTHON.exists(), ".venv-nemo: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
 def test_a_local_engine_config_is_refused_with_one_line(tmp_path):
     path = tmp_path / "local.yaml"
     path.write_text(cc.dump(cc.compose("gsm8k", "tiny", "gdpo", cluster="local", seed=0)))

@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gdpo_nemo.estimators import compute_advantages  # noqa: E402
+from tests.support.requirements import require  # noqa: E402
 
 TOL = 1e-5
 NAN = float("nan")
@@ -287,8 +288,7 @@ def peer_options(case: dict) -> dict:
 
 def run_peer(peer: str, cases: list[dict]) -> dict:
     spec = PEERS[peer]
-    if not spec["python"].exists():
-        pytest.skip(f"no {spec['python'].relative_to(REPO)}: run {spec['setup']} (scripts/setup.sh runs it)")
+    require(spec["python"].exists(), f"{spec['python'].relative_to(REPO)}: run {spec['setup']} (scripts/setup.sh --all runs it)")
     with tempfile.TemporaryDirectory() as tmp:
         cases_path, results_path = Path(tmp) / "cases.json", Path(tmp) / "results.json"
         cases_path.write_text(json.dumps({"cases": [{**c, "options": peer_options(c)} for c in cases]}))

@@ -20,6 +20,7 @@ from sandbox_support import SMALL, needs_bwrap, pool, sandbox  # noqa: F401  (fi
 from gdpo_nemo.rewards.code import parse_tests, score_code_batch
 from gdpo_nemo.sandbox import Case, Limits, SandboxPool
 from gdpo_nemo.sandbox.worker import SandboxWorker
+from tests.support.requirements import requires
 
 pytestmark = needs_bwrap
 
@@ -300,7 +301,7 @@ HEADERS = {
 }
 
 
-@pytest.mark.skipif(not all(os.path.exists(path) for path, _ in HEADERS.values()), reason="needs linux-libc-dev's headers")
+@requires(all(os.path.exists(path) for path, _ in HEADERS.values()), "linux-libc-dev's headers (Debian package linux-libc-dev)")
 @pytest.mark.parametrize("machine", list(HEADERS))
 def test_every_system_call_number_of_the_filter_is_the_kernels(machine):
     import re

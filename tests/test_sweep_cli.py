@@ -217,7 +217,11 @@ def test_with_eval_renders_an_eval_job_per_local_run_and_refuses_what_it_cannot_
     text = scripts[0].read_text()
     assert "gdpo_nemo.cli eval --task math --model \"$checkpoint\" --samples 4 --benchmarks aime" in text
     sbatch = [line for line in text.splitlines() if line.startswith("#SBATCH")]
-    assert "#SBATCH --job-name=smoke__math__tiny__gdpo__seed0.eval" in sbatch or any(".eval" in l for l in sbatch)
+    for script in scripts:  # each eval job is named after its training job, and differs from it
+        training = script.with_name(script.name.replace(".eval.sbatch", ".sbatch"))
+        names = [[line for line in path.read_text().splitlines() if line.startswith("#SBATCH --job-name=")]
+                 for path in (training, script)]
+        assert len(names[0]) == 1 and names[1] == [names[0][0] + ".eval"], (script, names)
     assert not any("--dependency" in l or "--requeue" in l for l in sbatch)  # afterok comes on sbatch's command line
     assert f"==> {scripts[0]} <==" in out
     rc, _, err = sweep(capsys, "smoke", "--cluster", profile, "--dry-run", "--with-eval", "--only", "task=gsm8k",

@@ -1,6 +1,7 @@
 """Specification of the sbatch scripts `gdpo-nemo sweep` renders (gdpo_nemo.sweep.render).
 
-The scripts are checked as text (their #SBATCH lines and exports) and with `bash -n`;
+The scripts are checked as text (their #SBATCH lines and exports), with `bash -n`, and the
+local one run by bash with a stand-in interpreter;
 that they really run is shown by tests/slurm/test_sweep_on_slurm.py.
 """
 
@@ -169,7 +170,27 @@ def test_local_job_runs_gdpo_nemo_train_with_config_and_run_dir_resuming_from_a_
     )
     assert exported(script, "PYTHONPATH") == f"{REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"
     assert f"RUN_DIR={SWEEP}/runs/{RUN.name}" in script
-    assert 'compgen -G "$RUN_DIR/checkpoints/step_*"' in script and "resume=(--resume)" in script
+
+
+@pytest.mark.parametrize("checkpoints, resumes", [([], False), (["step_3"], True), (["step_3", "step_10"], True)])
+def test_the_local_job_resumes_exactly_when_its_run_has_a_checkpoint(tmp_path, checkpoints, resumes):
+    """The rendered script run by bash, with a stand-in interpreter that prints its arguments:
+    a first start is fresh, a requeued job with a checkpoint passes --resume."""
+    printer = tmp_path / "print-args"
+    printer.write_text('#!/bin/sh\nfor arg in "$@"; do printf "%s\\n" "$arg"; done\n')
+    printer.chmod(0o755)
+    run_dir = tmp_path / "runs" / RUN.name
+    for name in checkpoints:
+        (run_dir / "checkpoints" / name).mkdir(parents=True)
+    path = tmp_path / "job.sbatch"
+    path.write_text(render("local", profile(LOCAL, python=str(printer)), run_dir=run_dir))
+    done = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    log, *args = done.stdout.splitlines()
+    assert log.endswith("--resume" if resumes else "fresh start"), log
+    assert args[:4] == ["-m", "gdpo_nemo.cli", "train", "--config"]
+    assert args[5:7] == ["--run-dir", str(run_dir)]
+    assert args[7:] == (["--resume"] if resumes else [])
 
 
 def test_profile_setup_lines_and_extra_options_are_included_verbatim():

@@ -24,10 +24,15 @@ from gdpo_nemo.estimators.strict import strict_advantages
 __all__ = ["compute_advantages"]
 
 
+_DEFAULT_OPTIONS = AdvantageOptions.resolve()
+
+
 def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> AdvantageOptions:
     """`options` (None: the defaults, or the given preset's) with `given` (names of
     AdvantageOptions' fields) applied, checked."""
     if options is None:
+        if not given:
+            return _DEFAULT_OPTIONS
         given = dict(given)
         return AdvantageOptions.resolve(given.pop("preset", None), **given)
     if not isinstance(options, AdvantageOptions):

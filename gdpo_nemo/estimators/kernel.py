@@ -68,9 +68,11 @@ def available() -> bool:
         else:
             try:
                 _get_kernels()
-            except ImportError:
+            except ImportError as error:
+                if not (error.name or "").startswith("numba"):  # our kernels fail to import: say so
+                    warnings.warn(f"gdpo_nemo: the numba kernel is off ({error!r}); the torch path computes the same, slower")
                 _available = False
-            except Exception as error:  # numba present but unusable here (e.g. no cache dir)
+            except Exception as error:  # numba present but unusable here (e.g. no cache dir), or a bug
                 warnings.warn(f"gdpo_nemo: the numba kernel is off ({error!r}); the torch path computes the same, slower")
                 _available = False
             else:

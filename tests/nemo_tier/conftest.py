@@ -8,7 +8,7 @@ makes the tier run where NeMo RL is:
 - in .venv (NeMo RL not importable): the first test of this folder to run starts ONE pytest
   in .venv-nemo over every selected test of the folder, and each test here then reports
   the outcome that run gave it (its failure text included). Without .venv-nemo the tests
-  are skipped, saying so (scripts/setup.sh always makes it, so CI runs them).
+  are skipped, saying so, and fail under CI=true (scripts/setup.sh --all always makes it).
 - in .venv-nemo (nemo_rl importable): the tests run, and their outcomes are written to
   $GDPO_NEMO_TIER_REPORT for the outer run.
 
@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
+from tests.support.requirements import require, requires
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -51,10 +52,10 @@ def _ours(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     if INSIDE or NEMO_VENV_PYTHON.exists():
         return
-    skip = pytest.mark.skip(reason=f"no {NEMO_VENV_PYTHON.relative_to(REPO)}: run scripts/setup_nemo.sh (scripts/setup.sh runs it)")
+    missing = requires(False, f"{NEMO_VENV_PYTHON.relative_to(REPO)}: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
     for item in items:
         if _ours(item):
-            item.add_marker(skip)
+            item.add_marker(missing)
 
 
 def _inner_run(session) -> dict:
@@ -88,8 +89,8 @@ def pytest_pyfunc_call(pyfuncitem):
     if result is None:
         tail = "\n".join(_STATE["output"].splitlines()[-40:])
         pytest.fail(f"the NeMo RL tier run in .venv-nemo gave no result for {pyfuncitem.nodeid}; its output ends:\n{tail}", pytrace=False)
-    if result["outcome"] == "skipped":
-        pytest.skip(f"(in .venv-nemo) {result['text']}")
+    if result["outcome"] == "skipped":  # nothing of this tier may skip in CI (tests/support/requirements.py)
+        require(False, f"what this test skipped for in .venv-nemo: {result['text']}")
     if result["outcome"] == "failed":
         pytest.fail(f"(in .venv-nemo, {result['duration']:.1f} s)\n{result['text']}", pytrace=False)
     return True
