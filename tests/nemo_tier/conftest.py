@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
-from tests.support.requirements import require, requires
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -52,6 +51,8 @@ def _ours(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     if INSIDE or NEMO_VENV_PYTHON.exists():
         return
+    from tests.support.requirements import requires  # the outer run's (`tests` may be another package in .venv-nemo)
+
     missing = requires(False, f"{NEMO_VENV_PYTHON.relative_to(REPO)}: run scripts/setup_nemo.sh (scripts/setup.sh --all runs it)")
     for item in items:
         if _ours(item):
@@ -90,6 +91,8 @@ def pytest_pyfunc_call(pyfuncitem):
         tail = "\n".join(_STATE["output"].splitlines()[-40:])
         pytest.fail(f"the NeMo RL tier run in .venv-nemo gave no result for {pyfuncitem.nodeid}; its output ends:\n{tail}", pytrace=False)
     if result["outcome"] == "skipped":  # nothing of this tier may skip in CI (tests/support/requirements.py)
+        from tests.support.requirements import require
+
         require(False, f"what this test skipped for in .venv-nemo: {result['text']}")
     if result["outcome"] == "failed":
         pytest.fail(f"(in .venv-nemo, {result['duration']:.1f} s)\n{result['text']}", pytrace=False)
