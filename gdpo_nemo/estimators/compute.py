@@ -7,7 +7,6 @@ the general path (gdpo_nemo.estimators.general), or a peer's own arithmetic with
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -37,10 +36,7 @@ def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> Adva
         return AdvantageOptions.resolve(given.pop("preset", None), **given)
     if not isinstance(options, AdvantageOptions):
         raise TypeError(f"options must be an AdvantageOptions, got {type(options).__name__}")
-    unknown = sorted(set(given) - set(AdvantageOptions.names()))
-    if unknown:
-        raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(AdvantageOptions.names())}")
-    return replace(options, **{name: value for name, value in given.items() if value is not None}).checked()
+    return options.updated(**given).checked()
 
 
 def _as_columns(

@@ -96,12 +96,16 @@ class AdvantageOptions:
     def unchecked(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":
         """The options of `preset` (its numerics; None or an unknown name: the defaults) with
         `given` (None = keep), not checked: `problems()` says what is wrong with them."""
-        unknown = sorted(set(given) - set(cls.names()))
-        if unknown:
-            raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(cls.names())}")
         numerics = PRESETS.get(preset, {}) if isinstance(preset, str) else {}
-        options = cls(preset=preset, **numerics)
-        return replace(options, **{name: value for name, value in given.items() if value is not None})
+        return cls(preset=preset, **numerics).updated(**given)
+
+    def updated(self, **given: Any) -> "AdvantageOptions":
+        """These options with `given` (None = keep), not checked; a TypeError for a name that
+        is not an option."""
+        unknown = sorted(set(given) - set(self.names()))
+        if unknown:
+            raise TypeError(f"unknown advantage option(s) {unknown}; the options are {list(self.names())}")
+        return replace(self, **{name: value for name, value in given.items() if value is not None})
 
     @classmethod
     def resolve(cls, preset: str | None = None, **given: Any) -> "AdvantageOptions":

@@ -131,15 +131,12 @@ def create_estimator(master_config: Any, original: Callable[[Any], Any], setting
             raise ValueError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
         return original(master_config)
     computed_by = gdpo.get("computed_by")  # the composer's decision (config.derive.estimator_decision)
-    why = None
     if computed_by is None:  # a config the composer did not write: the same decision, made here once
-        computed_by, why = estimator_decision(gdpo, our_env_blocks({"env": dict(section(master_config, "env") or {})}))
-    elif gdpo.get("leave_one_out", False):
-        why = LEAVE_ONE_OUT_REASON
+        computed_by, _ = estimator_decision(gdpo, our_env_blocks({"env": dict(section(master_config, "env") or {})}))
     if computed_by == "nemo_rl" and not ours_only:
         return original(master_config)
     settings = settings if settings is not None else EstimatorSettings.from_gdpo(gdpo, nemo_engine=True)
     print(f"  ✓ Using gdpo_nemo advantage estimator {settings.estimator!r} (grpo.adv_estimator.name={name!r})")
-    if why is not None and why.startswith("leave-one-out"):
-        print(f"    why: {why}")
+    if gdpo.get("leave_one_out", False):
+        print(f"    why: {LEAVE_ONE_OUT_REASON}")
     return AdvantageEstimator(settings)
