@@ -115,7 +115,7 @@ def test_report_command_on_engine_runs(engine_runs, tmp_path, capsys):
         assert (out / name).stat().st_size > 0, name
     # gsm8k runs fill none of the paper's tables (tool calling, math, code): none is written,
     # and the index says so (issue 24) instead of pages of "n=0".
-    assert sorted(p.name for p in (out / "tables").iterdir()) == ["training_summary.csv", "training_summary.md"]
+    assert sorted(p.name for p in (out / "tables").iterdir()) == ["paired.csv", "paired.md", "training_summary.csv", "training_summary.md"]
     summary = (out / "tables" / "training_summary.md").read_text()
     assert "| gdpo |" in summary and "| grpo |" in summary and "n=2" in summary
     readme = (out / "README.md").read_text()

@@ -10,7 +10,7 @@ import pytest
 from gdpo_nemo.analysis.load import load_source
 from gdpo_nemo.analysis.paper import load_paper_values
 from gdpo_nemo.analysis.render import to_latex, to_markdown
-from gdpo_nemo.analysis.stats import bootstrap_interval, summarize
+from gdpo_nemo.analysis.stats import bootstrap_interval, summarize, t_interval
 from gdpo_nemo.analysis.tables import TABLES_BY_KEY, compute_table, training_summary
 from gdpo_nemo.runs.run_id import RunId
 
@@ -39,7 +39,9 @@ def toolcall_run(root, algo, seed, live, non_live, multi_turn, fmt, *, steps=10,
 def test_summary_of_three_values():
     s = summarize([1.0, 2.0, 3.0])
     assert (s["mean"], s["std"], s["n"]) == (2.0, 1.0, 3)
-    assert 1.0 <= s["low"] < 2.0 < s["high"] <= 3.0
+    assert (s["low"], s["high"]) == t_interval([1.0, 2.0, 3.0])  # the tables' interval (tests/test_seed_statistics.py)
+    boot = summarize([1.0, 2.0, 3.0], interval="bootstrap")
+    assert 1.0 <= boot["low"] < 2.0 < boot["high"] <= 3.0
 
 
 def test_bootstrap_is_seeded_and_degenerate_cases_are_exact():
@@ -90,7 +92,7 @@ def test_table1_cell_is_mean_std_over_seeds_beside_the_paper(tmp_path):
     live = cell(result, "qwen2.5-1.5b", "gdpo", "live")
     assert (live["mean"], live["std"], live["n"], live["paper"]) == pytest.approx((55.0, 5.0, 3, 55.36))
     assert live["diff"] == pytest.approx(-0.36)
-    assert 50.0 <= live["low"] <= 55.0 <= live["high"] <= 60.0
+    assert (live["low"], live["high"]) == pytest.approx(t_interval([50.0, 55.0, 60.0]))  # 55 -+ 4.30 * 5 / sqrt(3)
     avg = cell(result, "qwen2.5-1.5b", "gdpo", "avg_acc")  # per run: (live + 40 + 2) / 3
     assert avg["mean"] == pytest.approx((55.0 + 40.0 + 2.0) / 3)
     markdown = to_markdown(result)

@@ -7,7 +7,7 @@
 
 Modules: `frame` (tidy frame, validation), `sources` (run dirs, NeMo RL logs), `tfevents`,
 `wandb_offline`, `wandb_api`, `evals` (eval files, BFCL scores), `load` (dispatch and
-parquet cache), `stats` (bootstrap), `paper` (paper_values.yaml), `tables`, `render`
+parquet cache), `stats` (t intervals, paired tests), `paper` (paper_values.yaml), `tables`, `render`
 (Markdown/LaTeX), `figures`, `build` (the report folder). See docs/analysis.md.
 """
 

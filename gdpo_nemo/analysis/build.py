@@ -6,7 +6,8 @@ Output folder layout::
     <out>/runs.csv                  the run table (status, last step, config facts)
     <out>/problems.md               every log problem found (non-numeric values, duplicates, ...)
     <out>/tables/<key>.{md,tex,csv} Tables 1-5 and the weight ablation (csv: one row per cell)
-    <out>/tables/training_summary.{md,csv}
+    <out>/tables/training_summary.{md,csv}  final values per method over seeds, 95 % t intervals
+    <out>/tables/paired.{md,csv}            each method minus the baseline on the same seeds
     <out>/figures/curves__<experiment>__<task>__<model>.{png,pdf}
     <out>/figures/advantage_groups__<experiment>__<task>__<model>.{png,pdf}
     <out>/figures/fig3_advantage_groups.{png,pdf,json}
@@ -22,7 +23,7 @@ import pandas as pd
 from gdpo_nemo.analysis import figures, render
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
-from gdpo_nemo.analysis.tables import all_tables, training_summary
+from gdpo_nemo.analysis.tables import all_tables, paired_summary, training_summary
 
 
 def problems_markdown(problems: pd.DataFrame) -> str:
@@ -50,8 +51,13 @@ def build_report(
     fig3_samples: int = 20_000,
     resamples: int = 10_000,
     progress: bool = True,
+    baseline: str = "grpo",
+    window: float = 0.1,
 ) -> list[Path]:
-    """Write every table and figure of `dataset` under `out`; return the written paths."""
+    """Write every table and figure of `dataset` under `out`; return the written paths.
+
+    `baseline` is the algo the paired comparison subtracts; `window` the share of each run's
+    last steps whose ``train/*`` mean is its final value (`tables.final_values`)."""
     out = Path(out)
     tables_dir, figures_dir = out / "tables", out / "figures"
     tables_dir.mkdir(parents=True, exist_ok=True)
@@ -71,11 +77,14 @@ def build_report(
         path = tables_dir / f"{result.spec.key}.csv"
         result.cells.to_csv(path, index=False)
         written.append(path)
-    summary = training_summary(dataset, resamples=resamples)
-    summary_md = render.summary_markdown(summary)
-    (tables_dir / "training_summary.md").write_text(summary_md)
-    summary.to_csv(tables_dir / "training_summary.csv", index=False)
-    written += [tables_dir / "training_summary.md", tables_dir / "training_summary.csv"]
+    summary = training_summary(dataset, window=window, resamples=resamples)
+    paired = paired_summary(dataset, baseline=baseline, window=window)
+    summary_md = render.summary_markdown(summary) + "\n" + render.paired_markdown(paired)
+    for name, frame, text in (("training_summary", summary, render.summary_markdown(summary)),
+                              ("paired", paired, render.paired_markdown(paired))):
+        (tables_dir / f"{name}.md").write_text(text)
+        frame.to_csv(tables_dir / f"{name}.csv", index=False)
+        written += [tables_dir / f"{name}.md", tables_dir / f"{name}.csv"]
 
     curve_paths = figures.plot_reward_curves(dataset, figures_dir, smooth=smooth)
     diag_paths = figures.plot_diagnostics(dataset, figures_dir, smooth=smooth)

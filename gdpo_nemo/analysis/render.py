@@ -1,6 +1,6 @@
 """Tables as Markdown and LaTeX, in the paper's layout, with footnotes.
 
-A cell reads ``mean ± std``, then ``[low, high] n=N`` (95 % bootstrap interval of the mean,
+A cell reads ``mean ± std``, then ``[low, high] n=N`` (95 % t interval of the mean,
 number of runs), then ``paper P (Δ mean−P)``. ``—`` marks a number that does not exist
 (no runs; a std of one run; a value the paper does not report, which reads ``paper n/a``).
 """
@@ -67,7 +67,7 @@ def to_markdown(result: TableResult) -> str:
     for labels, row_cells in rows:
         texts = ["<br>".join(cell_lines(c, result.spec.decimals)) if c else DASH for c in row_cells]
         lines.append("| " + " | ".join(labels + texts) + " |")
-    lines += ["", "Cells: mean ± std over runs, [95 % bootstrap interval] n runs, paper value (Δ = ours − paper)."]
+    lines += ["", "Cells: mean ± std over runs, [95 % t interval of the mean] n runs, paper value (Δ = ours − paper)."]
     if result.footnotes:
         lines += ["", "Notes:"] + [f"{i}. {note}" for i, note in enumerate(result.footnotes, 1)]
     return "\n".join(lines) + "\n"
@@ -99,7 +99,7 @@ def to_latex(result: TableResult) -> str:
             texts.append(rf"\shortstack{{{first}\\{{\tiny {second}}}\\{{\tiny {third}}}}}")
         lines.append(" & ".join([tex_escape(x) for x in labels] + texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    lines.append(r"\par\smallskip{\tiny Cells: mean $\pm$ std over runs; [95\% bootstrap interval] n runs; paper value ($\Delta$ = ours $-$ paper).}")
+    lines.append(r"\par\smallskip{\tiny Cells: mean $\pm$ std over runs; [95\% t interval of the mean] n runs; paper value ($\Delta$ = ours $-$ paper).}")
     if result.footnotes:
         lines.append(r"\par{\tiny")
         lines += [rf"{i}. {tex_escape(note)}\\" for i, note in enumerate(result.footnotes, 1)]
@@ -108,21 +108,55 @@ def to_latex(result: TableResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_markdown(summary: pd.DataFrame, title: str = "Training rewards at the end of training") -> str:
+def summary_markdown(summary: pd.DataFrame, title: str = "Final values per method") -> str:
     """The `training_summary` frame as one Markdown table per (experiment, task, model)."""
     lines = [f"### {title}", ""]
     if summary.empty:
-        return "\n".join(lines + ["No `train/reward*` metrics in the source.", ""])
+        return "\n".join(lines + ["No `train/reward*` or `validation/reward*` metrics in the source.", ""])
     for (experiment, task, model), group in summary.groupby(["experiment", "task", "model"]):
-        metrics = sorted(group["metric"].unique(), key=lambda m: (m != "train/reward", m))
-        lines += [f"**{experiment} / {task} / {model}** (mean over the last {int(group['steps'].max())} logged step(s) of each run)", "",
+        metrics = sorted(group["metric"].unique(), key=_metric_order)
+        window = int(group.loc[group["metric"].str.startswith("train/"), "steps"].max()) if group["metric"].str.startswith("train/").any() else 1
+        lines += [f"**{experiment} / {task} / {model}**: mean ± std over runs [95 % t interval of the mean] n runs; "
+                  f"`train/*` is each run's mean over its last {window} logged step(s), `validation/*` its last evaluation.", "",
                   "| Algo | " + " | ".join(f"`{m}`" for m in metrics) + " |", "|" + "---|" * (len(metrics) + 1)]
         for algo, rows in group.groupby("algo"):
             by_metric = {r["metric"]: r for r in rows.to_dict("records")}
             texts = []
             for metric in metrics:
                 r = by_metric.get(metric)
-                texts.append(DASH if r is None else f"{r['mean']:.3f} ± {_num(r['std'], 3)} [{r['low']:.3f}, {r['high']:.3f}] n={r['n']}")
+                texts.append(DASH if r is None else f"{r['mean']:.3f} ± {_num(r['std'], 3)} [{_num(r['low'], 3)}, {_num(r['high'], 3)}] n={r['n']}")
             lines.append(f"| {algo} | " + " | ".join(texts) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _metric_order(metric: str) -> tuple:
+    return (not metric.startswith("train/"), metric not in ("train/reward", "validation/reward"), metric)
+
+
+def _p(value: float) -> str:
+    if value is None or math.isnan(value):
+        return DASH
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def paired_markdown(paired: pd.DataFrame, title: str = "Paired comparison by seed") -> str:
+    """The `paired_summary` frame as one Markdown table per (experiment, task, model)."""
+    lines = [f"### {title}", ""]
+    if paired.empty:
+        return "\n".join(lines + ["No method has runs on the same seeds as the baseline.", ""])
+    for (experiment, task, model), group in paired.groupby(["experiment", "task", "model"]):
+        baseline = group["baseline"].iloc[0]
+        lines += [f"**{experiment} / {task} / {model}**: each method minus `{baseline}` on the same seeds (same prompts and "
+                  "initial weights). Δ: mean difference [95 % t interval]; p (t): paired t test; p (sign-flip): exact "
+                  "permutation test, whose smallest possible value is 2/2^n; MDE: the difference a paired t test at 5 % "
+                  "would detect with 80 % power, given the spread of these differences.", "",
+                  "| Algo | metric | n | Δ [95 % CI] | sd of Δ | p (t) | p (sign-flip) | MDE |", "|---|---|---|---|---|---|---|---|"]
+        group = group.assign(order=group["metric"].map(_metric_order)).sort_values(["algo", "order"])
+        for r in group.to_dict("records"):
+            note = f" (unpaired: {r['unpaired']})" if r["unpaired"] else ""
+            lines.append(f"| {r['algo']} | `{r['metric']}` | {r['n']}{note} | {_num(r['mean_diff'], 3, sign=True)} "
+                         f"[{_num(r['low'], 3, sign=True)}, {_num(r['high'], 3, sign=True)}] | {_num(r['std_diff'], 3)} | "
+                         f"{_p(r['p_t'])} | {_p(r['p_sign_flip'])} (min {_p(r['min_p_sign_flip'])}) | {_num(r['mde'], 3)} |")
         lines.append("")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ and whether methods form rows (Table 1) or column groups (Tables 3-5).
 
 For one cell, each matching run contributes its value at its last logged step (the final
 checkpoint's evaluation); the cell shows the mean, the standard deviation over runs, a 95 %
-percentile bootstrap interval of the mean, n, the paper's number and our mean minus it.
+Student t interval of the mean (stats.t_interval), n, the paper's number and our mean minus it.
 Runs that crashed or stopped short of their planned steps are left out of the mean
 (``include_incomplete=True`` keeps them); they, missing seeds, missing metrics and NaN
 values are each named in the table's footnotes, never dropped silently.
@@ -28,7 +28,7 @@ import pandas as pd
 from gdpo_nemo.estimators import estimator_info
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
-from gdpo_nemo.analysis.stats import summarize
+from gdpo_nemo.analysis.stats import paired_comparison, summarize
 
 
 @dataclass(frozen=True)
@@ -297,30 +297,85 @@ def all_tables(dataset: Dataset, paper: PaperValues, **options) -> list[TableRes
 
 
 # --------------------------------------------------------------------------------------
-# Training summary: final training rewards per run group (no paper numbers).
+# Training summary and paired comparisons: final values per run, over seeds (no paper numbers).
 # --------------------------------------------------------------------------------------
 
-def training_summary(dataset: Dataset, *, window: float = 0.1, resamples: int = 10_000) -> pd.DataFrame:
-    """Mean of each ``train/reward*`` metric over the last `window` share of each run's steps.
+GROUP = ["experiment", "task", "model"]
+SUMMARY_COLUMNS = [*GROUP, "algo", "metric", "mean", "std", "low", "high", "n", "steps"]
+PAIRED_COLUMNS = [*GROUP, "metric", "algo", "baseline", "n", "seeds", "mean_diff", "std_diff", "low", "high",
+                  "t", "p_t", "p_sign_flip", "min_p_sign_flip", "mde", "unpaired"]
 
-    One row per (experiment, task, model, algo, metric): mean, std, low, high, n over runs,
-    plus ``steps`` (the window length used). `window` is a fraction of the logged steps
-    (at least one step).
+
+def is_summary_metric(metric: str) -> bool:
+    """The metrics the summary and the paired comparison read: ``train/reward*`` and
+    ``validation/reward*`` (the total and each component)."""
+    return metric.startswith(("train/reward", "validation/reward"))
+
+
+def final_values(dataset: Dataset, *, window: float = 0.1) -> pd.DataFrame:
+    """One final value per (run, summary metric): columns experiment, task, model, algo,
+    seed, run_id, metric, value, steps.
+
+    ``train/*`` metrics are noisy per step (a batch of rollouts), so a run's final value is
+    the mean over the last `window` share of its logged steps (at least one step);
+    ``validation/*`` metrics are evaluations on a fixed held-out set, so it is the value at
+    the last validated step. `steps` is the number of steps averaged.
     """
     if not 0 < window <= 1:
         raise ValueError(f"window = {window!r}; expected a fraction in (0, 1]")
     m = dataset.metrics
-    rewards = m[m["metric"].astype(str).str.startswith("train/reward") & np.isfinite(m["value"])]
-    if rewards.empty:
-        return pd.DataFrame(columns=["experiment", "task", "model", "algo", "metric", "mean", "std", "low", "high", "n", "steps"])
-    rewards = rewards.astype({c: str for c in ("run_id", "experiment", "task", "model", "algo", "metric")})
-    rank = rewards.groupby(["run_id", "metric"])["step"].rank(ascending=False, method="first")
-    count = rewards.groupby(["run_id", "metric"])["step"].transform("size")
-    width = np.maximum(1, np.ceil(count * window))
-    tail = rewards[rank <= width].assign(width=width[rank <= width])
-    per_run = tail.groupby(["experiment", "task", "model", "algo", "metric", "run_id"]).agg(value=("value", "mean"), steps=("width", "max")).reset_index()
+    m = m[m["metric"].astype(str).map(is_summary_metric) & np.isfinite(m["value"])]
+    columns = [*GROUP, "algo", "seed", "run_id", "metric", "value", "steps"]
+    if m.empty:
+        return pd.DataFrame(columns=columns)
+    m = m.astype({c: str for c in ("run_id", "experiment", "task", "model", "algo", "metric")})
+    rank = m.groupby(["run_id", "metric"])["step"].rank(ascending=False, method="first")
+    count = m.groupby(["run_id", "metric"])["step"].transform("size")
+    width = np.where(m["metric"].str.startswith("train/"), np.maximum(1, np.ceil(count * window)), 1)
+    keep = (rank <= width).to_numpy()
+    tail = m[keep].assign(width=width[keep])
+    out = tail.groupby([*GROUP, "algo", "seed", "run_id", "metric"], dropna=False).agg(
+        value=("value", "mean"), steps=("width", "max")).reset_index()
+    return out[columns]
+
+
+def training_summary(dataset: Dataset, *, window: float = 0.1, interval: str = "t", resamples: int = 10_000) -> pd.DataFrame:
+    """Final values (`final_values`) summarized over runs: one row per (experiment, task,
+    model, algo, metric) with mean, std, the 95 % interval of the mean (`interval`: "t",
+    the default, or "bootstrap"), n runs and ``steps`` (the averaging window used)."""
+    per_run = final_values(dataset, window=window)
     rows = []
-    for key, group in per_run.groupby(["experiment", "task", "model", "algo", "metric"]):
-        rows.append({**dict(zip(["experiment", "task", "model", "algo", "metric"], key)),
-                     **summarize(group["value"].to_numpy(), resamples=resamples), "steps": int(group["steps"].max())})
-    return pd.DataFrame(rows)
+    for key, group in per_run.groupby([*GROUP, "algo", "metric"]):
+        rows.append({**dict(zip([*GROUP, "algo", "metric"], key)),
+                     **summarize(group["value"].to_numpy(), interval=interval, resamples=resamples),
+                     "steps": int(group["steps"].max())})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def paired_summary(dataset: Dataset, *, baseline: str = "grpo", window: float = 0.1, confidence: float = 0.95,
+                   power: float = 0.8) -> pd.DataFrame:
+    """Every other algo against `baseline`, paired by seed, per (experiment, task, model,
+    summary metric): `stats.paired_comparison` of the final values (algo minus baseline).
+
+    Runs pair when they share experiment, task, model and seed (the same prompts and initial
+    weights). Seeds that only one side has are not used and are listed in ``unpaired``
+    (e.g. "gdpo: 5, 6"); a group whose algo has no paired seed gets n = 0. Without a
+    `baseline` run in a group, the group has no rows.
+    """
+    per_run = final_values(dataset, window=window)
+    rows = []
+    for key, group in per_run.groupby([*GROUP, "metric"]):
+        values = {algo: dict(zip(g["seed"], g["value"])) for algo, g in group.groupby("algo")}
+        base = values.get(baseline)
+        if base is None:
+            continue
+        for algo, mine in sorted(values.items()):
+            if algo == baseline:
+                continue
+            seeds = sorted(set(mine) & set(base))
+            lonely = [f"{who}: {', '.join(map(str, sorted(set(side) - set(seeds))))}"
+                      for who, side in ((algo, mine), (baseline, base)) if set(side) - set(seeds)]
+            stats = paired_comparison([mine[s] for s in seeds], [base[s] for s in seeds], confidence=confidence, power=power)
+            rows.append({**dict(zip([*GROUP, "metric"], key)), "algo": algo, "baseline": baseline, **stats,
+                         "seeds": ",".join(map(str, seeds)), "unpaired": "; ".join(lonely)})
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)

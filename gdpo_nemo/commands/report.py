@@ -27,6 +27,16 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected a range like 0-4 or a list like 0,1,3") from None
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"--window {text!r}: expected a fraction in (0, 1], e.g. 0.1 for the last tenth of the steps")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `report` flags (cheap: imports nothing heavy)."""
     parser.add_argument("--source", action="append", required=True, metavar="SOURCE",
@@ -39,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="treat run model tag TAG as the paper's model KEY (e.g. qwen1.5b=qwen2.5-1.5b)")
     parser.add_argument("--seeds", type=_seeds, default=None, help="expected seeds, e.g. 0-4 (default: every seed seen)")
     parser.add_argument("--include-incomplete", action="store_true", help="keep crashed and short runs in the means")
+    parser.add_argument("--baseline", default="grpo",
+                        help="algo the paired comparison subtracts from every other algo of the same seeds (default grpo)")
+    parser.add_argument("--window", type=_fraction, default=0.1,
+                        help="share of each run's last logged steps whose train/* mean is its final value (default 0.1)")
     parser.add_argument("--smooth", type=int, default=None, help="rolling window of the curves in steps (default steps/25)")
     parser.add_argument("--cache", default=".cache/analysis", help="parquet cache folder (default .cache/analysis)")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
@@ -70,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     counts = Path(args.fig3_counts) if args.fig3_counts else (default_counts if default_counts.exists() else None)
     written = build_report(dataset, args.out, paper, source_label=" + ".join(args.source), smooth=args.smooth,
                            include_incomplete=args.include_incomplete, expected_seeds=args.seeds,
-                           fig3_counts=counts, fig3_samples=args.fig3_samples, progress=not args.quiet)
+                           fig3_counts=counts, fig3_samples=args.fig3_samples, progress=not args.quiet,
+                           baseline=args.baseline, window=args.window)
     print(f"{len(dataset.runs)} run(s), {len(dataset.problems)} problem(s); wrote {len(written)} files under {args.out}")
     for kind, count in dataset.problems["kind"].value_counts().sort_index().items():
         print(f"  problem: {kind} x{count} (see {Path(args.out) / 'problems.md'})", file=sys.stderr)

@@ -1,0 +1,75 @@
+"""The CPU study (experiments/cpu_study.yaml, scripts/cpu_study.sh, paper_figures/cpu_study/).
+
+The experiment must be what docs/cpu_study.md says was measured and chosen; the script must
+reach the parallel runner with this experiment; and the committed report must be what
+`gdpo-nemo report` computes from the committed runs, so every number in it (and in the
+README, which quotes it) can be regenerated.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gdpo_nemo import config as cc
+from gdpo_nemo.engines.local.config import resolve_and_check
+from gdpo_nemo.runs.rundir import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = REPO / "paper_figures" / "cpu_study"
+
+
+def test_the_cpu_study_is_grpo_vs_gdpo_over_five_seeds_at_the_measured_shape():
+    specs = cc.load_experiment("cpu_study")
+    assert sorted((s.task, s.model, s.algo, s.seed) for s in specs) == sorted(
+        ("gsm8k", "smollm2-135m", algo, seed) for algo in ("grpo", "gdpo") for seed in range(5))
+    for spec in specs:
+        config, _ = resolve_and_check(spec.compose())
+        grpo, policy, gdpo = config["grpo"], config["policy"], config["gdpo"]
+        assert (gdpo["estimator"], gdpo["reward_components"]) == (spec.algo, ["format", "correctness", "integer"])
+        assert (policy["model_name"], gdpo["local"]["device"]) == ("builtin:smollm2-135m", "cpu")
+        assert (grpo["num_prompts_per_step"], grpo["num_generations_per_prompt"], grpo["max_num_steps"]) == (4, 8, 30)
+        assert policy["train_global_batch_size"] == 32  # one update per step
+        assert gdpo["local"]["task_options"] == {}      # operands up to 99, + - x: docs/cpu_study.md's measured row
+        warm = gdpo["local"]["warm_start"]
+        assert (warm["enabled"], warm["steps"], warm["lr"]) == (True, 10, 3.0e-5)
+        assert (grpo["val_at_end"], grpo["max_val_samples"], policy["generation"]["val_temperature"]) == (True, 64, 0.0)
+        assert config["checkpointing"]["metric_name"] is None  # the newest checkpoint is the resume point
+
+
+def test_the_cpu_study_script_runs_this_experiment(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(["bash", str(REPO / "scripts" / "cpu_study.sh"), "--out", str(tmp_path), "--only", "seed=9"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "--only matches no run of the experiment" in done.stderr and "seed in 0, 1, 2, 3, 4" in done.stderr
+    assert not (tmp_path / "runs").exists()
+    usage = subprocess.run(["bash", str(REPO / "scripts" / "study.sh")], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: bash scripts/study.sh EXPERIMENT" in usage.stderr
+
+
+def test_the_committed_study_holds_every_run_finished_without_checkpoints():
+    runs = sorted(p for p in (STUDY / "runs").iterdir() if p.is_dir())
+    assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in range(5))
+    for run in runs:
+        steps = [r["step"] for r in read_metrics(run) if "train/reward" in r]
+        assert steps == list(range(1, 31)), run.name
+        assert (run / "DONE").is_file() and not (run / "checkpoints").exists()
+        assert any("validation/reward/correctness" in r for r in read_metrics(run))
+
+
+@pytest.mark.parametrize("table", ["training_summary", "paired"])
+def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table):
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(STUDY / "runs"),
+                           "--experiment", "cpu_study", "--out", str(tmp_path), "--no-cache", "--quiet"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh = pd.read_csv(tmp_path / "tables" / f"{table}.csv")
+    committed = pd.read_csv(STUDY / "report" / "tables" / f"{table}.csv")
+    pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
+    assert (tmp_path / "tables" / f"{table}.md").read_text() == (STUDY / "report" / "tables" / f"{table}.md").read_text()
