@@ -53,6 +53,14 @@ def test_the_cpu_study_script_runs_this_experiment(tmp_path):
     assert usage.returncode == 2 and "usage: bash scripts/study.sh EXPERIMENT" in usage.stderr
 
 
+def test_the_runner_runs_a_study_seed_by_seed_so_an_interrupted_study_leaves_whole_pairs(tmp_path):
+    from gdpo_nemo.engines.local.parallel import plan_runs
+
+    names = [run.name for run in plan_runs("cpu_study", tmp_path)]
+    assert names == [f"cpu_study__gsm8k__smollm2-135m__{algo}__seed{seed}" for seed in range(5) for algo in ("grpo", "gdpo")]
+    assert sorted(p.name for p in (tmp_path / "configs").iterdir()) == sorted(f"{name}.yaml" for name in names)
+
+
 def test_the_committed_study_holds_every_run_finished_without_checkpoints():
     runs = sorted(p for p in (STUDY / "runs").iterdir() if p.is_dir())
     assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in range(5))

@@ -82,8 +82,10 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
               smoke: bool = False, threads_per_run: int | None = None) -> list[LocalRun]:
     """Compose and check the config of every run that `filters` ({key: accepted values}, as
     `--only`; None: every run) selects, then write them (a run that started keeps the config
-    it started with); returns the runs in the experiment's order. ValueError naming the
-    experiment, filter or run at fault, with nothing written."""
+    it started with); returns the runs seed by seed (every run of the first seed, in the
+    experiment's order, then the next seed), so that a study cut short leaves whole seeds:
+    pairs of methods on the same seed, which is what a paired comparison needs. ValueError
+    naming the experiment, filter or run at fault, with nothing written."""
     from gdpo_nemo import config as run_config
     from gdpo_nemo.engines.local.config import resolve_and_check
     from gdpo_nemo.runs.run_id import RunId
@@ -99,7 +101,7 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
     if threads_per_run is not None:
         extra.insert(0, f"++gdpo.local.num_threads={threads_per_run}")  # the user's own value wins
     planned = []
-    for spec in specs:
+    for spec in sorted(specs, key=lambda spec: spec.seed):  # stable: the experiment's order within a seed
         if spec.run_id not in chosen:
             continue
         try:
