@@ -19,11 +19,12 @@ import pytest
 
 from gdpo_nemo.analysis import stats
 from gdpo_nemo.analysis.load import load_source
-from gdpo_nemo.analysis.tables import final_values, paired_summary, training_summary
+from gdpo_nemo.analysis.render import paired_markdown
+from gdpo_nemo.analysis.tables import final_values, incomplete_runs, paired_summary, training_summary
 from gdpo_nemo.runs.run_id import RunId
 
 from tests.support.requirements import require
-from tests.support.synthetic import write_run_dir
+from tests.support.synthetic import run_config, write_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SCIPY_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
@@ -198,9 +199,27 @@ def test_the_final_value_is_the_tail_mean_for_training_and_the_last_evaluation_f
 def test_seeds_only_one_side_has_are_named_not_paired(tmp_path):
     _study(tmp_path, {"gdpo": [0.1, 0.1, 0.1]}, seeds=(0, 1, 2))
     write_run_dir(tmp_path, RunId("study", "gsm8k", "smollm2-135m", "gdpo", 5),
-                  [{"step": 1, "train/reward/correctness": 0.9}])
+                  [{"step": s, "train/reward/correctness": 0.9} for s in range(1, 21)])
     row = _row(paired_summary(load_source(tmp_path, cache_dir=None)), "gdpo", "train/reward/correctness")
     assert (row["n"], row["seeds"], row["unpaired"]) == (3, "0,1,2", "gdpo: 5")
+
+
+def test_a_run_still_going_is_left_out_and_named_unless_asked_for(tmp_path):
+    _study(tmp_path, {"gdpo": [0.1, 0.1, 0.1]}, seeds=(0, 1, 2))
+    rid = RunId("study", "gsm8k", "smollm2-135m", "gdpo", 3)  # grpo seed 3 finished, gdpo seed 3 at step 5 of 20
+    write_run_dir(tmp_path, RunId("study", "gsm8k", "smollm2-135m", "grpo", 3),
+                  [{"step": s, "train/reward/correctness": 0.3} for s in range(1, 21)])
+    write_run_dir(tmp_path, rid, [{"step": s, "train/reward/correctness": 0.9} for s in range(1, 6)],
+                  config=run_config(rid, max_steps=20), done=False)
+    dataset = load_source(tmp_path, cache_dir=None)
+    assert incomplete_runs(dataset) == {rid.name: "at step 5 of 20"}
+    row = _row(paired_summary(dataset), "gdpo", "train/reward/correctness")
+    assert (row["n"], row["unpaired"]) == (3, "grpo: 3")
+    row = _row(paired_summary(dataset, include_incomplete=True), "gdpo", "train/reward/correctness")
+    assert row["n"] == 4
+    assert _row(training_summary(dataset), "gdpo", "train/reward/correctness")["n"] == 3
+    text = paired_markdown(paired_summary(dataset), left_out=incomplete_runs(dataset))
+    assert f"Left out, not finished (`--include-incomplete` keeps them): `{rid.name}` (at step 5 of 20)." in text
 
 
 def test_summary_intervals_are_t_intervals_over_the_runs(tmp_path):

@@ -23,7 +23,7 @@ import pandas as pd
 from gdpo_nemo.analysis import figures, render
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
-from gdpo_nemo.analysis.tables import all_tables, paired_summary, training_summary
+from gdpo_nemo.analysis.tables import all_tables, incomplete_runs, paired_summary, training_summary
 
 
 def problems_markdown(problems: pd.DataFrame) -> str:
@@ -77,11 +77,13 @@ def build_report(
         path = tables_dir / f"{result.spec.key}.csv"
         result.cells.to_csv(path, index=False)
         written.append(path)
-    summary = training_summary(dataset, window=window, resamples=resamples)
-    paired = paired_summary(dataset, baseline=baseline, window=window)
-    summary_md = render.summary_markdown(summary) + "\n" + render.paired_markdown(paired)
-    for name, frame, text in (("training_summary", summary, render.summary_markdown(summary)),
-                              ("paired", paired, render.paired_markdown(paired))):
+    left_out = {} if include_incomplete else incomplete_runs(dataset)
+    summary = training_summary(dataset, window=window, resamples=resamples, include_incomplete=include_incomplete)
+    paired = paired_summary(dataset, baseline=baseline, window=window, include_incomplete=include_incomplete)
+    summary_text = render.summary_markdown(summary, left_out=left_out)
+    paired_text = render.paired_markdown(paired, left_out=left_out)
+    summary_md = summary_text + "\n" + paired_text
+    for name, frame, text in (("training_summary", summary, summary_text), ("paired", paired, paired_text)):
         (tables_dir / f"{name}.md").write_text(text)
         frame.to_csv(tables_dir / f"{name}.csv", index=False)
         written += [tables_dir / f"{name}.md", tables_dir / f"{name}.csv"]

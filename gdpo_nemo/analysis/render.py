@@ -108,9 +108,17 @@ def to_latex(result: TableResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_markdown(summary: pd.DataFrame, title: str = "Final values per method") -> str:
-    """The `training_summary` frame as one Markdown table per (experiment, task, model)."""
-    lines = [f"### {title}", ""]
+def _left_out(left_out: dict | None) -> list[str]:
+    if not left_out:
+        return []
+    return ["Left out, not finished (`--include-incomplete` keeps them): "
+            + "; ".join(f"`{run}` ({why})" for run, why in left_out.items()) + ".", ""]
+
+
+def summary_markdown(summary: pd.DataFrame, title: str = "Final values per method", left_out: dict | None = None) -> str:
+    """The `training_summary` frame as one Markdown table per (experiment, task, model);
+    `left_out` ({run_id: why}, `tables.incomplete_runs`) is named under the title."""
+    lines = [f"### {title}", "", *_left_out(left_out)]
     if summary.empty:
         return "\n".join(lines + ["No `train/reward*` or `validation/reward*` metrics in the source.", ""])
     for (experiment, task, model), group in summary.groupby(["experiment", "task", "model"]):
@@ -140,9 +148,9 @@ def _p(value: float) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def paired_markdown(paired: pd.DataFrame, title: str = "Paired comparison by seed") -> str:
+def paired_markdown(paired: pd.DataFrame, title: str = "Paired comparison by seed", left_out: dict | None = None) -> str:
     """The `paired_summary` frame as one Markdown table per (experiment, task, model)."""
-    lines = [f"### {title}", ""]
+    lines = [f"### {title}", "", *_left_out(left_out)]
     if paired.empty:
         return "\n".join(lines + ["No method has runs on the same seeds as the baseline.", ""])
     for (experiment, task, model), group in paired.groupby(["experiment", "task", "model"]):

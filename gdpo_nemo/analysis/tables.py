@@ -312,9 +312,30 @@ def is_summary_metric(metric: str) -> bool:
     return metric.startswith(("train/reward", "validation/reward"))
 
 
-def final_values(dataset: Dataset, *, window: float = 0.1) -> pd.DataFrame:
+def incomplete_runs(dataset: Dataset) -> dict[str, str]:
+    """{run_id: why} of the trained runs that crashed or stopped short of their planned steps
+    (config max_steps, else their peers' last step): a final value of such a run is not
+    comparable with the others'. Runs still going count as short."""
+    runs = dataset.runs
+    if runs.empty:
+        return {}
+    runs = runs.assign(short=_short_runs(runs))
+    out = {}
+    for run in runs.sort_values("run_id").to_dict("records"):
+        if run["algo"] == "base":
+            continue
+        planned = "" if pd.isna(run["max_steps"]) else f" of {int(run['max_steps'])}"
+        if run["status"] == "crashed":
+            out[str(run["run_id"])] = f"crashed at step {int(run['last_step'])}{planned}"
+        elif run["short"]:
+            out[str(run["run_id"])] = f"at step {int(run['last_step'])}{planned}"
+    return out
+
+
+def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: bool = False) -> pd.DataFrame:
     """One final value per (run, summary metric): columns experiment, task, model, algo,
-    seed, run_id, metric, value, steps.
+    seed, run_id, metric, value, steps. Runs of `incomplete_runs` are left out unless
+    `include_incomplete`.
 
     ``train/*`` metrics are noisy per step (a batch of rollouts), so a run's final value is
     the mean over the last `window` share of its logged steps (at least one step);
@@ -325,6 +346,8 @@ def final_values(dataset: Dataset, *, window: float = 0.1) -> pd.DataFrame:
         raise ValueError(f"window = {window!r}; expected a fraction in (0, 1]")
     m = dataset.metrics
     m = m[m["metric"].astype(str).map(is_summary_metric) & np.isfinite(m["value"])]
+    if not include_incomplete:
+        m = m[~m["run_id"].astype(str).isin(set(incomplete_runs(dataset)))]
     columns = [*GROUP, "algo", "seed", "run_id", "metric", "value", "steps"]
     if m.empty:
         return pd.DataFrame(columns=columns)
@@ -339,11 +362,12 @@ def final_values(dataset: Dataset, *, window: float = 0.1) -> pd.DataFrame:
     return out[columns]
 
 
-def training_summary(dataset: Dataset, *, window: float = 0.1, interval: str = "t", resamples: int = 10_000) -> pd.DataFrame:
+def training_summary(dataset: Dataset, *, window: float = 0.1, interval: str = "t", resamples: int = 10_000,
+                     include_incomplete: bool = False) -> pd.DataFrame:
     """Final values (`final_values`) summarized over runs: one row per (experiment, task,
     model, algo, metric) with mean, std, the 95 % interval of the mean (`interval`: "t",
     the default, or "bootstrap"), n runs and ``steps`` (the averaging window used)."""
-    per_run = final_values(dataset, window=window)
+    per_run = final_values(dataset, window=window, include_incomplete=include_incomplete)
     rows = []
     for key, group in per_run.groupby([*GROUP, "algo", "metric"]):
         rows.append({**dict(zip([*GROUP, "algo", "metric"], key)),
@@ -353,7 +377,7 @@ def training_summary(dataset: Dataset, *, window: float = 0.1, interval: str = "
 
 
 def paired_summary(dataset: Dataset, *, baseline: str = "grpo", window: float = 0.1, confidence: float = 0.95,
-                   power: float = 0.8) -> pd.DataFrame:
+                   power: float = 0.8, include_incomplete: bool = False) -> pd.DataFrame:
     """Every other algo against `baseline`, paired by seed, per (experiment, task, model,
     summary metric): `stats.paired_comparison` of the final values (algo minus baseline).
 
@@ -362,7 +386,7 @@ def paired_summary(dataset: Dataset, *, baseline: str = "grpo", window: float = 
     (e.g. "gdpo: 5, 6"); a group whose algo has no paired seed gets n = 0. Without a
     `baseline` run in a group, the group has no rows.
     """
-    per_run = final_values(dataset, window=window)
+    per_run = final_values(dataset, window=window, include_incomplete=include_incomplete)
     rows = []
     for key, group in per_run.groupby([*GROUP, "metric"]):
         values = {algo: dict(zip(g["seed"], g["value"])) for algo, g in group.groupby("algo")}
