@@ -58,7 +58,7 @@ def test_tables_notebook_runs_on_engine_runs(engine_runs, tmp_path):
     text = outputs_text(notebook)
     assert "analysis__gsm8k__tiny__gdpo__seed1" in text
     assert "Table 1: tool calling on BFCL-v3" in text and "paper 55.36" in text
-    assert "Training rewards at the end of training" in text and "| gdpo |" in text
+    assert "Final values per method" in text and "95 % t interval of the mean" in text and "| gdpo |" in text
 
 
 def test_curves_notebook_shows_curves_diagnostics_and_fig3(engine_runs, tmp_path):
