@@ -212,14 +212,14 @@ def test_a_run_still_going_is_left_out_and_named_unless_asked_for(tmp_path):
     write_run_dir(tmp_path, rid, [{"step": s, "train/reward/correctness": 0.9} for s in range(1, 6)],
                   config=run_config(rid, max_steps=20), done=False)
     dataset = load_source(tmp_path, cache_dir=None)
-    assert incomplete_runs(dataset) == {rid.name: "at step 5 of 20"}
+    assert incomplete_runs(dataset) == {rid.name: "stopped short at step 5 of 20"}
     row = _row(paired_summary(dataset), "gdpo", "train/reward/correctness")
     assert (row["n"], row["unpaired"]) == (3, "grpo: 3")
     row = _row(paired_summary(dataset, include_incomplete=True), "gdpo", "train/reward/correctness")
     assert row["n"] == 4
     assert _row(training_summary(dataset), "gdpo", "train/reward/correctness")["n"] == 3
     text = paired_markdown(paired_summary(dataset), left_out=incomplete_runs(dataset))
-    assert f"Left out, not finished (`--include-incomplete` keeps them): `{rid.name}` (at step 5 of 20)." in text
+    assert f"Left out, not finished (`--include-incomplete` keeps them): `{rid.name}` (stopped short at step 5 of 20)." in text
 
 
 def test_summary_intervals_are_t_intervals_over_the_runs(tmp_path):

@@ -141,6 +141,16 @@ def _short_runs(runs: pd.DataFrame) -> pd.Series:
     return (runs["algo"] != "base") & (runs["last_step"] >= 0) & (runs["last_step"] < planned)
 
 
+def _incomplete_reason(run) -> str | None:
+    """Why a run's final value is not comparable ("crashed at step 5 of 20", "stopped short
+    at step 5 of 20"), or None; `run` is a run-table row with a ``short`` column (`_short_runs`)."""
+    if run["status"] != "crashed" and not run["short"]:
+        return None
+    why = "crashed" if run["status"] == "crashed" else "stopped short"
+    planned = "" if pd.isna(run["max_steps"]) else f" of {int(run['max_steps'])}"
+    return f"{why} at step {int(run['last_step'])}{planned}"
+
+
 def eval_index(metrics: pd.DataFrame) -> tuple[dict, dict]:
     """({(run_id, metric): last value}, {(run_id, metric): value at step 0}) of ``eval/*`` metrics.
 
@@ -193,11 +203,10 @@ def compute_table(
     excluded: set[str] = set()
     if not used.empty:
         for _, run in used.sort_values("run_id").iterrows():
-            if run["status"] == "crashed" or run["short"]:
-                why = "crashed" if run["status"] == "crashed" else "stopped short"
-                planned = "" if math.isnan(run["max_steps"]) else f" of {int(run['max_steps'])}"
+            reason = _incomplete_reason(run)
+            if reason:
                 verdict = "kept in the mean (include_incomplete)" if include_incomplete else "left out of the mean"
-                notes.append(f"{run['run_id']}: {why} at step {int(run['last_step'])}{planned}; {verdict}.")
+                notes.append(f"{run['run_id']}: {reason}; {verdict}.")
                 if not include_incomplete:
                     excluded.add(run["run_id"])
             elif run["status"] == "unfinished" and run["algo"] != "base":
@@ -320,16 +329,9 @@ def incomplete_runs(dataset: Dataset) -> dict[str, str]:
     if runs.empty:
         return {}
     runs = runs.assign(short=_short_runs(runs))
-    out = {}
-    for run in runs.sort_values("run_id").to_dict("records"):
-        if run["algo"] == "base":
-            continue
-        planned = "" if pd.isna(run["max_steps"]) else f" of {int(run['max_steps'])}"
-        if run["status"] == "crashed":
-            out[str(run["run_id"])] = f"crashed at step {int(run['last_step'])}{planned}"
-        elif run["short"]:
-            out[str(run["run_id"])] = f"at step {int(run['last_step'])}{planned}"
-    return out
+    runs = runs[runs["algo"] != "base"]
+    reasons = {str(run["run_id"]): _incomplete_reason(run) for run in runs.sort_values("run_id").to_dict("records")}
+    return {run_id: reason for run_id, reason in reasons.items() if reason}
 
 
 def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: bool = False) -> pd.DataFrame:
