@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("gdpo_nemo.commands.config", "compose, show and list the paper's run configs"),
     "sweep": ("gdpo_nemo.commands.sweep", "render, submit, watch and cancel a Slurm sweep"),
     "report": ("gdpo_nemo.commands.report", "regenerate the paper's tables and figures from logs"),
+    "notebooks": ("gdpo_nemo.commands.notebooks", "execute the analysis notebooks on a source, headless"),
     "nemo-smoke": ("gdpo_nemo.commands.nemo_smoke", "run a NeMo RL run config through NeMo RL's grpo_train on this CPU"),
     "eval": ("gdpo_nemo.commands.eval", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
 }

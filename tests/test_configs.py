@@ -50,6 +50,24 @@ def test_every_run_of_the_experiment_composes_validates_and_names_itself(name):
         assert config["grpo"]["seed"] == spec.seed
 
 
+@pytest.mark.parametrize("name", PAPER_EXPERIMENTS)
+def test_every_paper_run_on_nemo_rl_logs_to_wandb_and_tensorboard_under_its_run_id(name):
+    specs = cc.load_experiment(name)
+    for spec in specs:
+        config = spec.compose()
+        assert config["gdpo"]["engine"] == "nemo"
+        logger = config["logger"]
+        assert (logger["wandb_enabled"], logger["tensorboard_enabled"]) == (True, True), spec.run_id
+        assert (logger["wandb"]["name"], logger["wandb"]["group"]) == (spec.run_id.name, spec.run_id.group)
+
+
+def test_one_key_turns_wandb_off_and_the_local_engine_keeps_it_off_by_default():
+    off = cc.compose("toolcall", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n8g", overrides=["logger.wandb_enabled=false"])
+    assert (off["logger"]["wandb_enabled"], off["logger"]["tensorboard_enabled"]) == (False, True)
+    local = cc.compose("gsm8k", "tiny", "gdpo", cluster="local")
+    assert local["logger"]["wandb_enabled"] is False
+
+
 def test_tool_calling_runs_five_seeds_of_grpo_gdpo_and_grpo_no_std_on_both_models_plus_gdpo_no_bn():
     specs = cc.load_experiment("toolcall")
     runs = {(s.model, s.algo) for s in specs}

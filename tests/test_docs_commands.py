@@ -68,6 +68,8 @@ def verdict(command: str) -> str:
         return "run"
     if sub == "report":
         return "needs runs to report: the analysis tests run it on real runs"
+    if sub == "notebooks":
+        return "needs runs: tests/test_notebooks.py runs the docs' command as written on real runs"
     return f"`{sub}` trains or evaluates a model: its own tests run it"
 
 

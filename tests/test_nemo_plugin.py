@@ -292,16 +292,62 @@ def test_metrics_writer_resuming_from_a_checkpoint_keeps_earlier_steps_only(tmp_
 # ---------------------------------------------------------------------------------------
 
 
-def test_wrapped_training_rollout_adds_component_metrics_to_nemo_rl_metrics():
+def _grpo(dynamic_sampling=False, prompts=1, generations=2, scaling=False):
+    """The part of NeMo RL's MasterConfig the dynamic-sampling hook reads (attribute style, as
+    the pydantic model)."""
+    grpo = SimpleNamespace(use_dynamic_sampling=dynamic_sampling, num_prompts_per_step=prompts,
+                           num_generations_per_prompt=generations, reward_scaling=SimpleNamespace(enabled=scaling),
+                           reward_shaping=SimpleNamespace(enabled=False))
+    return SimpleNamespace(grpo=grpo)
+
+
+def test_training_rollout_only_counts_data_errors_the_step_reports_them_with_its_batch():
     state = plugin.HookState(settings=EstimatorSettings(estimator="gdpo", components=("a", "b")))
-    batch = {"idx": [0, 0], "reward/a": torch.tensor([1.0, 0.0]), "reward/b": torch.tensor([0.0, 0.0])}
+    batch = {"idx": [0, 0], "reward/a": torch.tensor([1.0, 0.0]), "reward/b": torch.tensor([0.0, 0.0]),
+             "total_reward": torch.tensor([1.0, 0.0])}
 
     def rollout(policy_generation, input_batch, **kwargs):  # stands in for NeMo RL's
         return batch, {"mean_gen_tokens_per_sample": 12.0}
 
     _, got = plugin.wrap_rollout(rollout, state)(None, None, max_seq_len=8)
-    assert got["mean_gen_tokens_per_sample"] == 12.0
+    assert got == {"mean_gen_tokens_per_sample": 12.0}  # a rollout batch is not yet the trained batch
+
+    def no_filter(repeated_batch, std, baseline, num_gen_batches, master_config, timer, cache=None):
+        return repeated_batch, True, cache, {}  # NeMo RL's with use_dynamic_sampling false
+
+    trained, complete, _, ds_metrics = plugin.wrap_dynamic_sampling(no_filter, state)(
+        batch, torch.ones(2), torch.zeros(2), 1, _grpo(), None)
+    got = {k: float(v[0]) for k, v in ds_metrics.items()}
     assert (got["reward/a"], got["reward/b"], got["adv/zero_std_frac/b"]) == (0.5, 0.0, 1.0)
+    assert "filtered_reward/a" not in got and "reward_adjustment" not in got
+
+
+def test_with_scaling_on_the_family_adds_up_to_nemo_rl_s_total_through_the_adjustment():
+    state = plugin.HookState(settings=EstimatorSettings(estimator="grpo", components=("a", "b")))
+    # NeMo RL's reward scaling mapped the sums [0, 2] onto [-1, 1]: the total is no longer the sum
+    batch = {"idx": [0, 0], "reward/a": torch.tensor([1.0, 0.0]), "reward/b": torch.tensor([1.0, 0.0]),
+             "total_reward": torch.tensor([1.0, -1.0])}
+    _, _, _, ds_metrics = plugin.wrap_dynamic_sampling(lambda b, s, base, *a: (b, True, None, {}), state)(
+        batch, torch.ones(2), torch.zeros(2), 1, _grpo(scaling=True), None)
+    got = {k: float(v[0]) for k, v in ds_metrics.items()}
+    assert got["reward/a"] == got["reward/b"] == 0.5
+    assert got["reward_adjustment"] == -1.0  # (1 - 2 + -1 - 0) / 2
+    assert got["reward/a"] + got["reward/b"] + got["reward_adjustment"] == 0.0  # NeMo RL's train/reward
+
+
+def test_a_step_whose_dynamic_sampling_gives_up_leaves_nothing_for_the_next_step():
+    state = plugin.HookState(settings=EstimatorSettings(estimator="gdpo", components=("a", "b")))
+    state.generated.append({"total_reward": torch.ones(2)})
+    state.step_data_errors = 3
+
+    def gives_up(*args):
+        raise ValueError("Dynamic sampling has reached the maximum allowed number of batches")
+
+    batch = {"idx": [0, 0], "reward/a": torch.tensor([1.0, 0.0]), "reward/b": torch.tensor([0.0, 1.0]),
+             "total_reward": torch.tensor([1.0, 1.0])}
+    with pytest.raises(ValueError):
+        plugin.wrap_dynamic_sampling(gives_up, state)(batch, torch.ones(2), torch.zeros(2), 1, _grpo(True), None)
+    assert state.generated == [] and state.step_data_errors is None
 
 
 def test_wrapped_validate_adds_the_components_of_its_rollouts():
@@ -313,10 +359,13 @@ def test_wrapped_validate_adds_the_components_of_its_rollouts():
             rollout(value)
         return {"accuracy": sum(values) / len(values)}, {"total_validation_time": 1.0}
 
-    val_metrics, timings = plugin.wrap_validate(validate, state)([1.0, 0.0, 0.0])
+    wrapped = plugin.wrap_validate(validate, state)
+    val_metrics, timings = wrapped([1.0, 0.0, 0.0])
     assert val_metrics == {"accuracy": 1 / 3, "reward/a": pytest.approx(1 / 3)}
     assert state.in_validation is False
-    assert rollout(1.0)[1] == {"reward/a": 1.0}  # a later training rollout reports again
+    assert rollout(1.0)[1] == {}  # a later training rollout is not collected
+    # the next validation describes its own batches only, not the earlier ones too
+    assert wrapped([1.0, 1.0])[0] == {"accuracy": 1.0, "reward/a": 1.0}
 
 
 def test_wrapped_logger_mirrors_every_call_to_metrics_jsonl(tmp_path):

@@ -6,12 +6,17 @@ GDPO_REPORT_SOURCE, and show the tables and figures the package makes.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+import re
+import shlex
+import subprocess
+import sys
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from gdpo_nemo.analysis.notebooks import execute_notebook
 
 from test_analysis_engine import make_engine_runs
 
@@ -25,18 +30,7 @@ def engine_runs(tmp_path_factory) -> Path:
 
 
 def execute(name: str, workdir: Path, env: dict) -> nbformat.NotebookNode:
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits this process's environment
-    try:
-        NotebookClient(notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return notebook
+    return execute_notebook(NOTEBOOKS / name, env, workdir=workdir, timeout=180)
 
 
 def outputs_text(notebook) -> str:
@@ -68,3 +62,32 @@ def test_curves_notebook_shows_curves_diagnostics_and_fig3(engine_runs, tmp_path
     assert image_count(notebook) == 3
     assert (figures / "curves__analysis__gsm8k__tiny.pdf").exists()
     assert (figures / "advantage_groups__analysis__gsm8k__tiny.png").exists()
+
+
+def test_the_docs_notebook_command_runs_as_written_from_the_repo_root(engine_runs, tmp_path):
+    """docs/analysis.md's command, word for word, from a repo root whose runs/ holds real
+    runs: both notebooks execute and land in the folder it names."""
+    text = (REPO / "docs" / "analysis.md").read_text()
+    section = text[text.index("## Notebooks"):]
+    command = re.search(r"^```bash\n(gdpo-nemo notebooks[^\n]*)\n```", section, re.M).group(1)
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "runs").symlink_to(engine_runs, target_is_directory=True)
+    words = shlex.split(command)
+    gdpo_nemo = Path(sys.executable).with_name("gdpo-nemo")
+    done = subprocess.run([str(gdpo_nemo), *words[1:]], cwd=root, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = root / words[words.index("--out") + 1]
+    tables = outputs_text(nbformat.read(str(out / "01_tables.ipynb"), as_version=4))
+    assert "analysis__gsm8k__tiny__gdpo__seed1" in tables
+    assert image_count(nbformat.read(str(out / "02_curves.ipynb"), as_version=4)) == 3
+    assert (out / "figures" / "curves__analysis__gsm8k__tiny.png").exists()
+
+
+def test_a_missing_source_folder_is_one_line_naming_it(tmp_path):
+    gdpo_nemo = Path(sys.executable).with_name("gdpo-nemo")
+    done = subprocess.run([str(gdpo_nemo), "notebooks", "--source", "no_such_runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "no_such_runs: no such folder" in done.stderr
+    assert not (tmp_path / "reports").exists()

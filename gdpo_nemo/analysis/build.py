@@ -26,6 +26,14 @@ from gdpo_nemo.analysis.paper import PaperValues
 from gdpo_nemo.analysis.tables import all_tables, incomplete_runs, paired_summary, training_summary
 
 
+REWARD_FAMILY_NOTE = (
+    "Training rewards are `train/reward/<name>`: with DAPO dynamic sampling, the step's generated samples before"
+    " filtering (the unbiased view of the policy), as NeMo RL's `train/reward`; the trained (filtered) batch, what the"
+    " estimator saw, is `train/filtered_reward/<name>` in each run's metrics (docs/interfaces.md, \"Which samples"
+    " each reward family covers\")."
+)
+
+
 def problems_markdown(problems: pd.DataFrame) -> str:
     """The problems frame as a Markdown list grouped by kind ("No problems found." if empty)."""
     if problems.empty:
@@ -123,6 +131,7 @@ def _index(dataset: Dataset, results, summary_md: str, figure_paths: list[Path],
             planned = "" if pd.isna(r["max_steps"]) else str(int(r["max_steps"]))
             lines.append(f"| `{r['run_id']}` | {r['status']} | {r['last_step']} | {planned} |")
         lines.append("")
+    lines += [REWARD_FAMILY_NOTE, ""]
     lines += ["## Figures", ""]
     for path in figure_paths:
         if path.suffix == ".png":

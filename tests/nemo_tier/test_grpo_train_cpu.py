@@ -202,6 +202,47 @@ def test_data_errors_of_a_broken_ground_truth_are_counted_per_sample(matrix_runs
     assert (records[1]["train/data_errors"], records[2]["train/data_errors"]) == (2, 0)
 
 
+def _train_data_rows(run_dir: Path, step: int) -> list[dict]:
+    """NeMo RL's own ``train_data_step<N>.jsonl`` rows (each written as a batch of one)."""
+    rows = []
+    for line in (Path(run_dir) / f"train_data_step{step}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rows.append({k: (v[0] if isinstance(v, list) and len(v) == 1 else v) for k, v in row.items()})
+    return rows
+
+
+@pytest.mark.parametrize("task", sorted(MATRIX))
+def test_every_logged_reward_family_adds_up_to_nemo_rl_s_total_of_its_samples(matrix_runs, task):
+    """The families of docs/interfaces.md, per step of the real grpo_train: train/reward/<name>
+    adds up to NeMo RL's train/reward; with DAPO (the math run) filtered_reward/<name> adds
+    up to train/filtered_reward and is the mean of the batch that was trained: the components
+    advantages.jsonl recorded at the estimator and NeMo RL's own train_data_step<N>.jsonl;
+    validation/reward/<name> adds up to validation/accuracy (NeMo RL's mean of the sum)."""
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
+    from gdpo_nemo.runs import rundir
+
+    config, result, printed = matrix_runs[task]
+    names = COMPONENTS[task]
+    filtered = config["grpo"]["use_dynamic_sampling"]
+    assert filtered == (task == "math")
+    trained = read_advantages(result.run_dir)
+    for record in rundir.read_metrics(result.run_dir):
+        step = record["step"]
+        assert sum(record[f"validation/reward/{n}"] for n in names) == pytest.approx(record["validation/accuracy"], abs=1e-6)
+        if f"train/loss" not in record:
+            continue
+        assert sum(record[f"train/reward/{n}"] for n in names) == pytest.approx(record["train/reward"], abs=1e-6)
+        family = "train/filtered_reward" if filtered else "train/reward"
+        rows = _train_data_rows(result.run_dir, step)
+        logged_totals = [row["filtered_rewards" if filtered else "rewards"] for row in rows]
+        assert sum(record[f"{family}/{n}"] for n in names) == pytest.approx(record[family], abs=1e-6)
+        assert record[family] == pytest.approx(sum(logged_totals) / len(logged_totals), abs=1e-6)
+        for name in names:
+            values = trained[step]["components"][name]
+            assert record[f"{family}/{name}"] == pytest.approx(sum(values) / len(values), abs=1e-9), (step, name)
+        assert [sum(trained[step]["components"][n][i] for n in names) for i in range(len(rows))] == pytest.approx(logged_totals)
+
+
 def test_nemo_rl_checkpoint_manager_keeps_the_best_by_the_configured_val_metric(matrix_runs):
     from gdpo_nemo.runs import rundir
     from nemo_rl.utils.checkpoint import CheckpointManager

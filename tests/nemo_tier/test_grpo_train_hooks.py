@@ -116,13 +116,62 @@ def test_the_estimator_factory_hook_gives_grpo_train_our_gdpo_no_bn(grpo_run):
     assert "Using gdpo_nemo advantage estimator 'gdpo_no_bn'" in grpo_run["printed"]
 
 
-def test_training_rollout_metrics_carry_each_component_through_nemo_rl_logger(grpo_run):
+def test_a_rollout_logs_no_reward_family_before_its_batch_is_trained(grpo_run):
+    """grpo_train logs each generation batch's rollout metrics at once; under DAPO that batch
+    is not the trained one, so the families wait for the step's metrics (test_grpo_train_cpu
+    follows them into the logs; the test below checks them against NeMo RL's totals)."""
     train = grpo_run["records"][1]
-    assert train["train/reward/correctness"] == pytest.approx(0.5)
-    assert train["train/reward/length"] == pytest.approx(0.5)
-    assert train["train/adv/zero_std_frac/correctness"] == 0.0
-    assert train["train/data_errors"] == 0
-    assert "train/mean_gen_tokens_per_sample" in train  # NeMo RL's own rollout metric, same record
+    assert "train/mean_gen_tokens_per_sample" in train  # NeMo RL's own rollout metric
+    assert not [key for key in train if key.startswith(("train/reward/", "train/filtered_reward/"))]
+
+
+def _generation_batch(first_idx, correctness, length):
+    import torch
+
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    correctness, length = torch.tensor(correctness), torch.tensor(length)
+    return BatchedDataDict({
+        "idx": [first_idx, first_idx, first_idx + 1, first_idx + 1],
+        "reward/correctness": correctness,
+        "reward/length": length,
+        "total_reward": (correctness + length).to(torch.float32),
+    })
+
+
+def test_with_dapo_each_family_adds_up_to_nemo_rl_s_own_total_of_the_same_samples(grpo_run):
+    """Two generation batches through NeMo RL's real dynamic_sampling with our hook: the first
+    keeps 1 of its 2 groups (the other is constant in both components), the second keeps
+    both; 2 prompts x 2 answers are trained: the first batch's kept group and the second's
+    first group. NeMo RL logs as train/reward the mean of the first 4 UNFILTERED totals its
+    batch cache holds (the whole first batch) and as train/filtered_reward that of the
+    trained batch; our families cover the same two sets."""
+    import numpy as np
+    import torch
+
+    import nemo_rl.algorithms.grpo as grpo_module
+    from nemo_rl.utils.timer import Timer
+
+    master = grpo_module.MasterConfig(**grpo_run["config"])
+    assert (master.grpo.num_prompts_per_step, master.grpo.num_generations_per_prompt) == (2, 2)
+    first = _generation_batch(10, [1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0])  # group 11 constant: dropped
+    second = _generation_batch(20, [0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0])
+    zeros = torch.zeros(4)
+    cache = None
+    for number, batch in enumerate((first, second), start=1):
+        trained, complete, cache, ds_metrics = grpo_module.dynamic_sampling(
+            batch, torch.ones(4), zeros, number, master, Timer(), cache)
+        assert complete == (number == 2)
+    assert trained["idx"] == [10, 10, 20, 20]
+    ours = {key: float(value[0]) for key, value in ds_metrics.items() if key.startswith(("reward", "filtered_reward"))}
+    nemo_reward = float(np.mean(trained["total_reward"].numpy()))  # as grpo_train logs train/reward
+    nemo_filtered = float(np.mean(trained["filtered_reward"].numpy()))
+    assert (nemo_reward, nemo_filtered) == (1.25, 0.5)
+    assert ours == {"reward/correctness": 0.75, "reward/length": 0.5,  # the first batch, unfiltered
+                    "filtered_reward/correctness": 0.25, "filtered_reward/length": 0.25}
+    assert ours["reward/correctness"] + ours["reward/length"] == nemo_reward
+    assert ours["filtered_reward/correctness"] + ours["filtered_reward/length"] == nemo_filtered
+    assert grpo_run["state"].generated == []  # the next step starts afresh
 
 
 def test_validate_hook_adds_components_next_to_nemo_rl_accuracy_of_the_sum(grpo_run):

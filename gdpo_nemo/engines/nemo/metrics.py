@@ -31,7 +31,15 @@ from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
 from gdpo_nemo.runs.rundir import checkpoint_steps
 
-__all__ = ["StepMetricsWriter", "ValidationCollector", "batch_group_ids", "component_metrics", "latest_checkpoint_step"]
+__all__ = [
+    "StepMetricsWriter",
+    "ValidationCollector",
+    "batch_group_ids",
+    "component_metrics",
+    "latest_checkpoint_step",
+    "reward_family",
+    "trained_batch_metrics",
+]
 
 
 def batch_group_ids(batch: Mapping) -> Tensor | None:
@@ -85,6 +93,61 @@ def component_metrics(
         advantages = estimator_advantages(settings, components, group_ids)
         metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
     return metrics
+
+
+def reward_family(family: str, components: Mapping[str, Tensor], totals: Tensor, *, adjusted: bool) -> dict[str, float]:
+    """{"<family>/<name>": mean} of each component over one set of samples, and with
+    `adjusted` (NeMo RL's reward scaling or shaping is on) ``"<family>_adjustment"``: the
+    mean of what NeMo RL's total adds to the component sum (`totals` - sum of components;
+    a shaping penalty, a scaling's offset), so that the family adds up to NeMo RL's total of
+    the same set. components: {name: Tensor[B]}; totals: Tensor[B], NeMo RL's total of each
+    sample. NaN components are left out of their mean (and out of the adjustment).
+    """
+    metrics: dict[str, float] = {}
+    stacked = []
+    for name, values in components.items():
+        values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+        valid = values[~torch.isnan(values)]
+        metrics[f"{family}/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
+        stacked.append(values)
+    if adjusted and stacked:
+        residue = torch.as_tensor(totals, dtype=torch.float64).reshape(-1) - torch.stack(stacked).sum(dim=0)
+        residue = residue[~torch.isnan(residue)]
+        metrics[f"{family}_adjustment"] = float(residue.mean()) if residue.numel() else float("nan")
+    return metrics
+
+
+def trained_batch_metrics(
+    trained: Mapping,
+    generated: Mapping[str, Tensor] | None,
+    settings: EstimatorSettings | None,
+    *,
+    filtered: bool,
+    adjusted: bool,
+) -> dict[str, float]:
+    """The reward families and diagnostics of one training step (docs/interfaces.md,
+    "Which samples each reward family covers").
+
+    trained: the batch NeMo RL trains on (after dynamic sampling), with its ``reward/<name>``
+    keys and NeMo RL's ``total_reward`` (and ``filtered_reward`` when `filtered`).
+    generated: with dynamic sampling, {"reward/<name>": Tensor[N], "total_reward": Tensor[N]}
+    of the unfiltered samples whose total NeMo RL logs as ``train/reward`` (None: the
+    trained batch is that set). Gives ``reward/<name>`` (adds up to NeMo RL's ``reward``),
+    with dynamic sampling ``filtered_reward/<name>`` (adds up to ``filtered_reward``), and
+    ``adv/zero_std_frac/<name>``, ``adv/distinct_groups`` of the trained batch (what the
+    estimator saw).
+    """
+    components = reward_components(trained)
+    if not components:
+        return {}
+    groups = batch_group_ids(trained)
+    diagnostics = {k: v for k, v in component_metrics(components, groups, settings).items() if k.startswith("adv/")}
+    if not filtered:
+        return {**reward_family("reward", components, trained["total_reward"], adjusted=adjusted), **diagnostics}
+    metrics = reward_family("filtered_reward", components, trained["filtered_reward"], adjusted=adjusted)
+    if generated is not None:
+        metrics.update(reward_family("reward", reward_components(generated), generated["total_reward"], adjusted=adjusted))
+    return {**metrics, **diagnostics}
 
 
 def rollout_metrics(batch: Mapping, settings: EstimatorSettings | None) -> dict[str, float]:

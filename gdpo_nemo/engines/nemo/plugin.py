@@ -12,17 +12,18 @@ starts) does, against the pinned commit's APIs:
    them up at call time; no NeMo RL file is changed):
    - ``_create_advantage_estimator``: our estimator for what NeMo RL cannot run itself (``gdpo_no_bn``,
      any estimator registered without a NeMo RL equivalent, the options it lacks);
-   - ``run_multi_turn_rollout`` and ``run_async_multi_turn_rollout``: per-component reward
-     means and collapse diagnostics added to the rollout metrics (logged as ``train/...``);
-     during validation the batches are collected instead;
-     both also log ``data_errors``: the samples our environment actors scored with a broken
-     ground truth during the rollout (NeMo RL never calls the environments'
-     ``global_post_process_and_metrics`` at the pin, so the hook asks the actors);
+   - ``run_multi_turn_rollout`` and ``run_async_multi_turn_rollout``: count ``data_errors``
+     (the samples our environment actors scored with a broken ground truth; NeMo RL never
+     calls the environments' ``global_post_process_and_metrics`` at the pin, so the hook
+     asks the actors); during validation the batches are collected;
    - ``validate``: adds the collected ``reward/<name>`` and diagnostics to the validation
      metrics (logged as ``validation/...``);
-   - ``dynamic_sampling``: DAPO's filter keeps the prompt groups whose trained signal varies
-     (every component for GDPO, the weighted sum for weighted GRPO; ``sampling.py``), not
-     those whose unweighted reward sum varies;
+   - ``dynamic_sampling`` (called after every generation batch, DAPO on or off): DAPO's
+     filter keeps the prompt groups whose trained signal varies (every component for GDPO,
+     the weighted sum for weighted GRPO; ``sampling.py``), not those whose unweighted reward
+     sum varies; once the step's batch is complete, the per-component reward families of the
+     sets NeMo RL's totals cover, and collapse diagnostics of the trained batch, join the
+     step's metrics (logged as ``train/...``; docs/interfaces.md);
    - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl``;
    - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
      ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
@@ -44,12 +45,16 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import numpy as np
+import torch
+from torch import Tensor
+
 from gdpo_nemo.config import ENV_NAMES
 from gdpo_nemo.engines.nemo.data import PROCESSORS
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
 from gdpo_nemo.config.settings import EstimatorSettings
-from gdpo_nemo.engines.nemo.estimators import create_estimator
-from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, rollout_metrics
+from gdpo_nemo.engines.nemo.estimators import create_estimator, reward_components
+from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, trained_batch_metrics
 from gdpo_nemo.engines.nemo.sampling import group_signal_spread
 
 __all__ = [
@@ -79,9 +84,19 @@ class HookState:
     in_validation: bool = False
     writer: StepMetricsWriter | None = None
     timed_out: bool = False  # NeMo RL stopped early at checkpointing.checkpoint_must_save_by
+    # The training step in progress (its generation batches until dynamic sampling says the
+    # batch is complete): the unfiltered generation batches NeMo RL's batch cache took, and
+    # the data errors of its rollouts.
+    generated: list = field(default_factory=list)
+    step_data_errors: int | None = None
 
     def __post_init__(self):
         self.collector = ValidationCollector(self.settings)
+
+    def end_step(self) -> None:
+        """Forget the step in progress (its batch is complete, or the trainer gave up)."""
+        self.generated = []
+        self.step_data_errors = None
 
 
 def _mark(wrapper: Callable, original: Callable) -> Callable:
@@ -91,10 +106,13 @@ def _mark(wrapper: Callable, original: Callable) -> Callable:
 
 
 def wrap_rollout(original: Callable, state: HookState) -> Callable:
-    """A rollout function returning (batch, metrics) that also reports our metrics.
+    """A rollout function returning (batch, metrics) that also counts for our metrics.
 
-    Training: `metrics` gains reward/<name>, adv/zero_std_frac/<name>, adv/distinct_groups.
-    Validation (state.in_validation): the batch goes to state.collector instead.
+    Training: the data errors of the rollout are added to the step's count; the reward
+    families are computed once the trained batch is known (`wrap_dynamic_sampling`): a
+    rollout batch is not the trained batch under dynamic sampling, and NeMo RL rewrites the
+    total (scaling, shaping) after the rollout.
+    Validation (state.in_validation): the batch goes to state.collector.
     """
 
     def rollout(*args, **kwargs):
@@ -103,11 +121,8 @@ def wrap_rollout(original: Callable, state: HookState) -> Callable:
         errors = _take_data_errors(task_to_env)
         if state.in_validation:
             state.collector.add(batch, data_errors=errors)
-        else:
-            metrics = dict(metrics)
-            metrics.update(rollout_metrics(batch, state.settings))
-            if errors is not None:
-                metrics["data_errors"] = errors
+        elif errors is not None:
+            state.step_data_errors = (state.step_data_errors or 0) + errors
         return batch, metrics
 
     return _mark(rollout, original)
@@ -129,17 +144,88 @@ def _take_data_errors(task_to_env) -> int | None:
 
 
 def wrap_dynamic_sampling(original: Callable, state: HookState) -> Callable:
-    """NeMo RL's ``dynamic_sampling(repeated_batch, std, baseline, ...)`` filtering on the
-    trained signal of the run's estimator (`sampling.group_signal_spread`) instead of the
-    std of the unweighted reward sum."""
+    """NeMo RL's ``dynamic_sampling(repeated_batch, std, baseline, num_gen_batches,
+    master_config, ...)`` returning (batch, is_batch_complete, batch_cache, ds_metrics),
+    which grpo_train calls after every generation batch, with or without DAPO:
+
+    - it filters on the trained signal of the run's estimator
+      (`sampling.group_signal_spread`) instead of the std of the unweighted reward sum;
+    - once the batch is complete, ds_metrics (logged by grpo_train as ``train/...`` with
+      the step's other metrics) gains the step's reward families (`metrics.trained_batch_metrics`)
+      and data errors. With DAPO, ``reward/<name>`` covers the samples NeMo RL's own
+      ``train/reward`` covers: the first num_prompts_per_step x num_generations_per_prompt
+      samples, unfiltered, of the step's generation batches that had a group kept (its
+      batch cache takes each such batch's unfiltered totals beside the kept samples);
+      ``filtered_reward/<name>`` covers the trained batch.
+    """
 
     def dynamic_sampling(repeated_batch, std, baseline, *args, **kwargs):
+        master_config = kwargs.get("master_config", args[1] if len(args) > 1 else None)
         spread = group_signal_spread(repeated_batch, state.settings) if state.settings is not None else None
         if spread is not None:
             std = spread.to(device=std.device, dtype=std.dtype)
-        return original(repeated_batch, std, baseline, *args, **kwargs)
+        grpo = _section(master_config, "grpo")
+        filtering = bool(_get(grpo, "use_dynamic_sampling", False))
+        try:
+            batch, complete, cache, ds_metrics = original(repeated_batch, std, baseline, *args, **kwargs)
+        except BaseException:
+            state.end_step()
+            raise
+        if filtering and bool((std != 0).any()):
+            state.generated.append(_unfiltered_rewards(repeated_batch))
+        if not complete:
+            return batch, complete, cache, ds_metrics
+        try:
+            size = int(_get(grpo, "num_prompts_per_step")) * int(_get(grpo, "num_generations_per_prompt"))
+            generated = _first_rows(state.generated, size) if filtering else None
+            if generated is not None and not _same_totals(generated["total_reward"], batch["total_reward"]):
+                print("gdpo_nemo: the unfiltered samples behind NeMo RL's train/reward could not be matched at this"
+                      " NeMo RL version; train/reward/<name> is left out of this step (filtered_reward/<name> is"
+                      " logged)", flush=True)
+                generated = None
+            adjusted = any(bool(_get(_get(grpo, key, {}), "enabled", False)) for key in ("reward_scaling", "reward_shaping"))
+            ours = trained_batch_metrics(batch, generated, state.settings, filtered=filtering, adjusted=adjusted)
+            if state.step_data_errors is not None:
+                ours["data_errors"] = state.step_data_errors
+        finally:
+            state.end_step()
+        # one-element arrays: grpo_train sums arrays (a no-op here) and prints a line for each float
+        return batch, complete, cache, {**dict(ds_metrics), **{k: np.asarray([v], dtype=np.float64) for k, v in ours.items()}}
 
     return _mark(dynamic_sampling, original)
+
+
+def _get(section, key: str, default=None):
+    if section is None:
+        return default
+    if isinstance(section, Mapping):
+        return section.get(key, default)
+    return getattr(section, key, default)
+
+
+def _section(master_config, key: str):
+    return _get(master_config, key)
+
+
+def _unfiltered_rewards(batch: Mapping) -> dict:
+    """{"reward/<name>": Tensor[B], "total_reward": Tensor[B]} of a generation batch (after
+    NeMo RL's scaling and shaping, as its batch cache keeps the totals)."""
+    from gdpo_nemo.engines.nemo.estimators import REWARD_PREFIX
+
+    kept = {f"{REWARD_PREFIX}{name}": values for name, values in reward_components(batch).items()}
+    kept["total_reward"] = torch.as_tensor(batch["total_reward"]).detach().cpu().to(torch.float64).reshape(-1)
+    return kept
+
+
+def _first_rows(parts: list, size: int) -> dict | None:
+    if not parts:
+        return None
+    return {key: torch.cat([part[key] for part in parts])[:size] for key in parts[0]}
+
+
+def _same_totals(ours: Tensor, theirs) -> bool:
+    theirs = torch.as_tensor(theirs).detach().cpu().to(torch.float64).reshape(-1)
+    return ours.shape == theirs.shape and bool(torch.allclose(ours, theirs, rtol=0, atol=1e-6))
 
 
 def wrap_validate(original: Callable, state: HookState) -> Callable:
