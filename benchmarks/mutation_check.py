@@ -109,6 +109,28 @@ MUTANTS = [
     Mutant("the composer does not decide the estimator", "gdpo_nemo/config/derive.py",
            '"gdpo.computed_by": estimator_decision(gdpo, our_env_blocks(config))[0],', '"gdpo.computed_by": "nemo_rl",',
            ("tests/test_estimator_decision.py",)),
+    # joints between the parts (issue 33): where a number passes from one part to the next
+    Mutant("validation collector not reset between validations", "gdpo_nemo/engines/nemo/plugin.py",
+           "        state.collector.reset()\n        state.in_validation = True\n", "        state.in_validation = True\n",
+           ("tests/test_nemo_plugin.py",)),
+    Mutant("DAPO group spread by the least varying component", "gdpo_nemo/engines/nemo/sampling.py",
+           "for values in components.values()]).amax(dim=0)", "for values in components.values()]).amin(dim=0)",
+           ("tests/test_nemo_plugin.py", "tests/nemo_tier/test_grpo_train_hooks.py")),
+    Mutant("resume from the oldest checkpoint", "gdpo_nemo/engines/nemo/metrics.py",
+           "    return steps[-1][0] if steps else None\n", "    return steps[0][0] if steps else None\n",
+           ("tests/test_nemo_plugin.py",)),
+    Mutant("paired table pairs runs by position", "gdpo_nemo/analysis/tables.py",
+           "stats = paired_comparison([mine[s] for s in seeds], [base[s] for s in seeds],",
+           "stats = paired_comparison(list(mine.values())[:len(seeds)], list(base.values())[:len(seeds)],",
+           ("tests/test_seed_statistics.py",)),
+    Mutant("per-reward family of the last generation batch, not the trained one", "gdpo_nemo/engines/nemo/plugin.py",
+           "        if filtering and bool((std != 0).any()):\n            state.generated.append(_unfiltered_rewards(repeated_batch))\n",
+           "        state.generated = [_unfiltered_rewards(repeated_batch)]\n",
+           ("tests/nemo_tier/test_grpo_train_hooks.py",)),
+    Mutant("filtered family over the unfiltered samples", "gdpo_nemo/engines/nemo/metrics.py",
+           'metrics = reward_family("filtered_reward", components, trained["filtered_reward"], adjusted=adjusted)',
+           'metrics = reward_family("filtered_reward", reward_components(generated or trained), trained["filtered_reward"], adjusted=adjusted)',
+           ("tests/nemo_tier/test_grpo_train_hooks.py",)),
 ]
 
 

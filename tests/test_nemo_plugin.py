@@ -278,9 +278,10 @@ def test_metrics_writer_merges_calls_of_one_step_and_skips_non_scalars(tmp_path)
 
 def test_metrics_writer_resuming_from_a_checkpoint_keeps_earlier_steps_only(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"step": 3, "a": 3}\n')
-    (tmp_path / "checkpoints" / "step_2").mkdir(parents=True)
+    for kept in ("step_2", "step_1", "tmp_step_3"):  # NeMo RL keeps the top k; tmp_: a save cut short
+        (tmp_path / "checkpoints" / kept).mkdir(parents=True)
     step = metrics.latest_checkpoint_step(tmp_path / "checkpoints")
-    assert step == 2
+    assert step == 2  # the newest complete one, not the oldest
     writer = metrics.StepMetricsWriter(tmp_path, resume_step=step)
     writer.log({"a": 30}, 3, "")
     writer.close()
@@ -333,6 +334,17 @@ def test_with_scaling_on_the_family_adds_up_to_nemo_rl_s_total_through_the_adjus
     assert got["reward/a"] == got["reward/b"] == 0.5
     assert got["reward_adjustment"] == -1.0  # (1 - 2 + -1 - 0) / 2
     assert got["reward/a"] + got["reward/b"] + got["reward_adjustment"] == 0.0  # NeMo RL's train/reward
+
+
+def test_dapo_keeps_a_gdpo_group_when_any_one_component_varies_and_drops_it_when_none_does():
+    from gdpo_nemo.engines.nemo.sampling import group_signal_spread
+
+    settings = EstimatorSettings(estimator="gdpo", components=("correctness", "length"))
+    batch = {"idx": [0, 0, 1, 1, 2, 2],
+             "reward/correctness": torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]),  # varies in group 0 only
+             "reward/length": torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0])}      # varies in group 1 only
+    spread = group_signal_spread(batch, settings)
+    assert spread.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]  # groups 0 and 1 train GDPO; group 2 has nothing
 
 
 def test_a_step_whose_dynamic_sampling_gives_up_leaves_nothing_for_the_next_step():

@@ -185,6 +185,19 @@ def test_paired_table_finds_a_known_difference_and_not_a_null_one(tmp_path):
     assert set(paired["baseline"]) == {"grpo"}
 
 
+def test_runs_pair_by_seed_not_by_their_order_when_a_seed_is_missing_on_one_side(tmp_path):
+    """GDPO has seeds 0-4, GRPO lost seed 0: seeds 1-4 pair with themselves (GDPO - GRPO =
+    0.10 each); pairing the 4 GRPO runs with GDPO's first 4 by position would compare
+    seed 0 with seed 1 and so on (baselines 0.20, 0.35, 0.25, 0.40, 0.30)."""
+    import shutil
+
+    _study(tmp_path, {"gdpo": [0.10] * 5})
+    shutil.rmtree(tmp_path / RunId("study", "gsm8k", "smollm2-135m", "grpo", 0).name)
+    hit = _row(paired_summary(load_source(tmp_path, cache_dir=None)), "gdpo", "train/reward/correctness")
+    assert (hit["n"], hit["seeds"], hit["unpaired"]) == (4, "1,2,3,4", "gdpo: 0")
+    assert hit["mean_diff"] == pytest.approx(0.10) and hit["std_diff"] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_the_final_value_is_the_tail_mean_for_training_and_the_last_evaluation_for_validation(tmp_path):
     _study(tmp_path, {}, seeds=(0,), steps=20)
     final = final_values(load_source(tmp_path, cache_dir=None))

@@ -86,8 +86,10 @@ def _summary(run_dir: Path, out) -> None:
     from gdpo_nemo.runs import rundir
 
     records = rundir.read_metrics(run_dir)
-    keys = ("train/loss", "train/reward", "train/grad_norm", "timing/train/total_step_time")
-    components = sorted({k for r in records for k in r if k.startswith(("train/reward/", "validation/reward/"))})
+    keys = ("train/loss", "train/reward", "train/filtered_reward", "train/grad_norm", "timing/train/total_step_time")
+    families = ("train/reward/", "train/filtered_reward/", "validation/reward/")  # docs/interfaces.md
+    components = sorted({k for r in records for k in r if k.startswith(families)},
+                        key=lambda k: (next(i for i, f in enumerate(families) if k.startswith(f)), k))
     print("\nlogged metrics (metrics.jsonl, from NeMo RL's Logger):", file=out)
     for record in records:
         shown = {k: record[k] for k in (*keys, *components, "validation/accuracy", "train/data_errors") if k in record}
