@@ -390,6 +390,68 @@ def test_wrapped_logger_mirrors_every_call_to_metrics_jsonl(tmp_path):
     assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 3, "train/loss": 0.5}
 
 
+def test_a_resumed_job_replays_the_steps_before_its_checkpoint_into_its_new_wandb_run(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/loss": 1.0}\n{"step": 2, "train/loss": 2.0}\n'
+                                            '{"step": 3, "train/loss": 3.0}\n')
+    writer = metrics.StepMetricsWriter(tmp_path, resume_step=2)  # the checkpoint of step 2
+
+    class WandbBackend:  # NeMo RL's WandbLogger surface
+        def __init__(self):
+            self.logged = []
+
+        def log_metrics(self, values, step, prefix=""):
+            self.logged.append((step, values))
+
+    logger = SimpleNamespace(wandb_logger=WandbBackend())
+    log_metrics = plugin.wrap_log_metrics(lambda self, m, step, prefix="", *a, **k: self.wandb_logger.log_metrics(m, step, prefix), writer)
+    log_metrics(logger, {"loss": 3.5}, 3, "train")
+    log_metrics(logger, {"loss": 4.0}, 4, "train")
+    writer.close()
+    # steps 1-2 replayed once, before the job's own step 3 (step 3 of the killed job is set aside)
+    assert logger.wandb_logger.logged == [(1, {"train/loss": 1.0}), (2, {"train/loss": 2.0}), (3, {"loss": 3.5}), (4, {"loss": 4.0})]
+
+
+def test_wandb_offline_runs_of_successive_jobs_join_into_one_history():
+    from gdpo_nemo.analysis.frame import RunLog
+    from gdpo_nemo.analysis.wandb_offline import chain_requeued_jobs
+    from gdpo_nemo.runs.run_id import RunId
+
+    run = RunId("journey", "math", "tiny", "gdpo", 1)
+    first = RunLog(run, "wandb-offline", "/r/wandb/wandb/offline-run-20261126_100000-a", "unfinished",
+                   rows={1: {"x": 1.0}, 2: {"x": 2.0}})  # killed during step 2, after checkpoint 1
+    second = RunLog(run, "wandb-offline", "/r/wandb/wandb/offline-run-20261126_100500-b", "finished",
+                    rows={1: {"x": 1.0}, 2: {"x": 2.5}, 3: {"x": 3.0}})
+    other = RunLog(RunId("journey", "math", "tiny", "grpo", 1), "wandb-offline", "/s/wandb/wandb/offline-run-1-c", "finished",
+                   rows={1: {"x": 9.0}})
+    joined = chain_requeued_jobs([second, other, first])
+    assert [(log.run_id.algo, log.status, {s: r["x"] for s, r in log.rows.items()}) for log in joined] == [
+        ("gdpo", "finished", {1: 1.0, 2: 2.5, 3: 3.0}), ("grpo", "finished", {1: 9.0})]
+
+
+def test_a_checkpoint_becomes_resumable_only_once_its_step_is_written(tmp_path):
+    """grpo_train saves step N's checkpoint, then logs step N; a job killed between the two
+    must resume from step N-1, not after a step no file holds."""
+    state = plugin.HookState(settings=None)
+    renamed = []
+
+    class Manager:  # NeMo RL's CheckpointManager surface
+        def begin_finalization(self, checkpoint_path, wait_fn=None):
+            renamed.append(checkpoint_path)
+
+    Manager.begin_finalization = plugin.defer_finalization(Manager, state)
+    writer = metrics.StepMetricsWriter(tmp_path)
+    log_metrics = plugin.wrap_log_metrics(lambda self, m, step, prefix="", *a, **k: None, writer, state)
+    log_metrics(None, {"mean_gen_tokens_per_sample": 9.0}, 1, "train")
+    Manager().begin_finalization("tmp_step_1")
+    log_metrics(None, {"loss": 0.5}, 1, "train")
+    assert renamed == [] and not (tmp_path / "metrics.jsonl").read_text()  # killed here: resume from step 0
+    log_metrics(None, {"total_step_time": 2.0}, 1, "timing/train", step_finished=True)
+    assert renamed == ["tmp_step_1"]
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {
+        "step": 1, "train/mean_gen_tokens_per_sample": 9.0, "train/loss": 0.5, "timing/train/total_step_time": 2.0}
+    writer.close()
+
+
 def test_timeout_stop_is_noticed_so_the_run_is_not_done():
     class Checker:  # NeMo RL's TimeoutChecker surface
         def __init__(self, due):

@@ -28,7 +28,7 @@ from pathlib import Path
 from gdpo_nemo.analysis import evals
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
-from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
+from gdpo_nemo.analysis.wandb_offline import chain_requeued_jobs, find_offline_runs, read_offline_run
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.run_id import RunId
 
@@ -90,6 +90,7 @@ def read_run_dir(folder: Path, problems: list) -> list[RunLog]:
     else:
         for wandb_file in find_offline_runs(rundir.wandb_dir(folder)):
             logs += _read_offline(wandb_file, problems, config=config, status=status, folder=folder)
+        logs = chain_requeued_jobs(logs)
         if not logs:
             logs.append(RunLog(run_id=run_id, source="rundir", path=str(folder), status=status, config=config, priority=2))
             if not config_path.exists():
@@ -197,9 +198,11 @@ def load_directory(root: str | Path, problems: list) -> list[RunLog]:
                 problems.append(("", "no_run_id", f"{folder}: NeMo RL log dir without a run id (no config.yaml above it, no run-id folder name); skipped"))
                 continue
             logs += read_nemo_log_dir(folder, run_id, problems)
+    loose = []
     for wandb_file in find_offline_runs(root):
         if wandb_file.resolve() not in covered_wandb:
-            logs += _read_offline(wandb_file, problems)
+            loose += _read_offline(wandb_file, problems)
+    logs += chain_requeued_jobs(loose)
     for path in evals.find_eval_files(root):
         owner = path.parent.parent.parent
         log = evals.read_eval_file(path, run_dirs.get(owner) or _identify(owner, {}), problems)

@@ -4,6 +4,11 @@ The file format and its items are decoded by `gdpo_nemo.runs.tracking.iter_wandb
 `wandb_items` (the module that writes these runs, and the one decoder); read here: the ``run`` record (name, group, config), ``config``
 updates, ``history`` records (one per logged step, ``_step`` among its items) and the
 ``exit`` record.
+
+A run requeued or resubmitted by Slurm starts a new W&B run in the same ``wandb/`` folder at
+every job (NeMo RL's logger has no W&B resume id): `chain_requeued_jobs` joins them into the
+one run they are, as the run dir's metrics.jsonl does: each job continues from its
+checkpoint, so a later job's steps replace the earlier jobs' records of those steps.
 """
 
 from __future__ import annotations
@@ -53,6 +58,39 @@ def read_offline_run(path: str | Path) -> RunLog:
             raise ValueError(f"{path}: W&B run {name!r} (group {group!r}) has no gdpo run id in its config or name") from None
     return RunLog(run_id=run_id, source="wandb-offline", path=str(Path(path).parent), status=status,
                   config=config, rows=rows, priority=1)
+
+
+def chain_requeued_jobs(logs: list[RunLog]) -> list[RunLog]:
+    """`logs` with the W&B offline runs of one run id in one ``wandb/`` folder joined, in the
+    order the jobs started (the ``offline-run-<YYYYmmdd_HHMMSS>-<id>`` folder names): the
+    rows of a job before the first step the next job logged, then that job's rows; status
+    and path of the last job. Other logs are returned as they are, in their order."""
+    chains: dict[tuple, list[RunLog]] = {}
+    out: list = []
+    for log in logs:
+        if log.source != "wandb-offline" or not log.path:
+            out.append(log)
+            continue
+        key = (log.run_id, str(Path(log.path).parent))
+        if key not in chains:
+            chains[key] = []
+            out.append(key)
+        chains[key].append(log)
+    joined = []
+    for item in out:
+        if isinstance(item, RunLog):
+            joined.append(item)
+            continue
+        jobs = sorted(chains[item], key=lambda log: Path(log.path).name)
+        merged = jobs[0]
+        for later in jobs[1:]:
+            first = min(later.rows) if later.rows else None
+            rows = {step: row for step, row in merged.rows.items() if first is None or step < first}
+            rows.update(later.rows)
+            merged = RunLog(run_id=later.run_id, source=later.source, path=later.path, status=later.status,
+                            config=later.config or merged.config, rows=rows, priority=later.priority)
+        joined.append(merged)
+    return joined
 
 
 def find_offline_runs(root: str | Path) -> list[Path]:

@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", default=None,
                         help=f"where logs and checkpoints go (default: {_DEFAULT_ROOT}/<run name>; must not hold a run unless --resume)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    parser.add_argument("--continue", dest="continue_run", action="store_true",
+                        help="continue the run in --run-dir when it holds one, start it there otherwise (what a sweep job"
+                        " runs at its first start and at every requeue)")
+    parser.add_argument("--wandb", action="store_true",
+                        help="keep the config's W&B logging (offline files in the run dir when no W&B server answers);"
+                        " by default a smoke run logs to TensorBoard and metrics.jsonl only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the policy worker")
     parser.add_argument("--verbose", action="store_true", help="NeMo RL's own output on the terminal, not in <run dir>/nemo_rl.log")
 
@@ -75,7 +81,10 @@ def _run_dir(args, config: dict) -> Path:
         name = str((config.get("logger") or {}).get("wandb", {}).get("name") or Path(args.config).stem)
         run_dir = _DEFAULT_ROOT / name
     run_dir = run_dir.resolve()
-    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+    continuing = getattr(args, "continue_run", False)
+    if continuing:  # the sweep job's own dir: what it holds is an earlier attempt of this run
+        args.resume = (run_dir / "config.yaml").is_file()
+    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume and not continuing:
         raise ValueError(f"--run-dir {run_dir} already holds files: pass --resume to continue that run, or another --run-dir")
     if args.resume and not (run_dir / "config.yaml").is_file():
         raise ValueError(f"--resume: {run_dir} holds no run (no config.yaml)")
@@ -116,7 +125,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     size = smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations,
                            max_new_tokens=args.max_new_tokens, val_period=args.val_period)
     cpu = smoke.cpu_config(config, model_dir=str(model), run_dir=run_dir, size=size, data=args.data,
-                           tiny_model=args.model == "tiny", overrides=args.overrides)
+                           tiny_model=args.model == "tiny", overrides=args.overrides, keep_wandb=args.wandb)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "cpu_changes.txt").write_text("".join(line + "\n" for line in cpu.changes))
     print(f"{PROG}: {args.config} -> {run_dir}", file=out)
@@ -132,7 +141,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     out.flush()
 
     from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
+    from gdpo_nemo.engines.nemo.run import exit_on_sigterm
 
+    if cpu.config["logger"].get("wandb_enabled"):
+        from gdpo_nemo.runs.tracking import settle_external_wandb
+
+        settle_external_wandb(True, run_dir, log=lambda text: print(f"  {text}", file=out, flush=True))
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if not args.verbose:
@@ -140,7 +154,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             stack.enter_context(contextlib.redirect_stdout(log))
             stack.enter_context(contextlib.redirect_stderr(log))
         try:
-            result = train_on_cpu(cpu.config, threads=args.threads, out=out)
+            with exit_on_sigterm():
+                result = train_on_cpu(cpu.config, threads=args.threads, out=out)
         except Exception as err:  # what the smoke run exists to catch: say where, keep the log
             message = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
             if "Dynamic sampling has reached the maximum" in str(err):

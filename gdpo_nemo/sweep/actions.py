@@ -56,7 +56,12 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
     profile = _profile(cluster, "submit" if submit else "dry-run")
     plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
-    if submit and "nemo" in engines and not (Path(str(profile.nemo_rl_dir)) / "ray.sub").is_file():
+    if submit and "nemo" in engines and profile.nemo_cpu is not None:
+        model = dict(profile.nemo_cpu)["model"]
+        if model not in ("tiny", "smollm2") and not Path(str(model)).is_dir():
+            raise SweepError(f"profile {profile.name!r} ({profile.path}): nemo_cpu.model {model!r} is not tiny, smollm2"
+                             " or a model folder on this machine (the jobs load it from the same path)")
+    elif submit and "nemo" in engines and not (Path(str(profile.nemo_rl_dir)) / "ray.sub").is_file():
         raise SweepError(
             f"profile {profile.name!r}: nemo_rl_dir {profile.nemo_rl_dir} has no ray.sub;"
             " point nemo_rl_dir at a NeMo RL checkout (github.com/NVIDIA-NeMo/RL)"

@@ -147,8 +147,11 @@ def plan_sweep(
             place_run(config, run_id, run_dir)
             run_config.validate(config)
             run_engine = config["gdpo"]["engine"]
-            nodes = (profile.nodes or config["cluster"]["num_nodes"]) if run_engine == "nemo" else 1
-            run_config.check_cluster_consistency(config, nodes, profile.gpus_per_node)
+            if run_engine == "nemo" and profile.nemo_cpu is not None:
+                nodes = 1  # one node's CPU; the CPU path sets the config's cluster to 1 x 1 itself
+            else:
+                nodes = (profile.nodes or config["cluster"]["num_nodes"]) if run_engine == "nemo" else 1
+                run_config.check_cluster_consistency(config, nodes, profile.gpus_per_node)
         except run_config.ConfigError as err:
             raise SweepError(f"{where}: {err}") from None
         profile.check_engine(run_engine)

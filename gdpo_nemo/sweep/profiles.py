@@ -43,6 +43,17 @@ KEYS: dict[str, str] = {
     "setup": "shell lines run at the top of every job (module load, source a venv, ...)",
     "sbatch_extra": "extra sbatch options, one per item, e.g. --qos=high",
     "eval_args": "arguments added to `gdpo-nemo eval` in the evaluation job of --with-eval, e.g. [--samples, \"4\"]",
+    "nemo_cpu": "run nemo-engine jobs through NeMo RL's own grpo_train on the node's CPU (no container, no ray.sub:"
+    " `gdpo-nemo nemo-smoke`'s CPU path, one node, cpus_per_task and mem as for the local engine), sized by the"
+    " mapping's keys: " + ", ".join(f"{k} ({v})" for k, v in {
+        "model": "tiny, smollm2 or a checkpoint folder; default tiny", "steps": "default 2", "prompts": "default 2",
+        "generations": "default 2", "max_new_tokens": "default 32", "val_period": "default 1",
+        "wandb": "true: keep the run config's W&B logging (offline files without a server); default true"}.items()),
+}
+# nemo_cpu's keys -> (type, default); `gdpo-nemo nemo-smoke` flags of the same names.
+NEMO_CPU_KEYS: dict[str, tuple[type, object]] = {
+    "model": (str, "tiny"), "steps": (int, 2), "prompts": (int, 2), "generations": (int, 2),
+    "max_new_tokens": (int, 32), "val_period": (int, 1), "wandb": (bool, True),
 }
 REQUIRED = ("account", "partition", "time", "gpus_per_node")
 NEMO_REQUIRED = ("container", "nemo_rl_dir")
@@ -82,6 +93,7 @@ class ClusterProfile:
     setup: tuple[str, ...] = field(default=())
     sbatch_extra: tuple[str, ...] = field(default=())
     eval_args: tuple[str, ...] = field(default=())
+    nemo_cpu: tuple[tuple[str, object], ...] | None = None  # NEMO_CPU_KEYS, all filled in; None: GPUs and ray.sub
 
     @property
     def node_gres(self) -> str | None:
@@ -94,7 +106,7 @@ class ClusterProfile:
         """Raise SweepError if this profile lacks what `engine` needs (container, NeMo RL checkout)."""
         if engine not in ENGINES:
             raise SweepError(f"engine {engine!r} is not known: use one of {', '.join(ENGINES)}")
-        if engine == "nemo":
+        if engine == "nemo" and self.nemo_cpu is None:
             missing = [key for key in NEMO_REQUIRED if not getattr(self, key)]
             if missing:
                 raise SweepError(
@@ -212,6 +224,7 @@ def parse_profile(raw: object, *, name: str, path: Path) -> ClusterProfile:
     account = raw["account"]
     if account is not None:
         account = text("account")
+    nemo_cpu = _nemo_cpu(raw.get("nemo_cpu"), where) if "nemo_cpu" in raw else None
     return ClusterProfile(
         name=name,
         path=path,
@@ -233,4 +246,26 @@ def parse_profile(raw: object, *, name: str, path: Path) -> ClusterProfile:
         setup=strings("setup"),
         sbatch_extra=strings("sbatch_extra"),
         eval_args=strings("eval_args"),
+        nemo_cpu=nemo_cpu,
     )
+
+
+def _nemo_cpu(raw: object, where: str) -> tuple[tuple[str, object], ...]:
+    """The nemo_cpu mapping, checked and with every default filled in (null or {}: all defaults)."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise SweepError(f"{where}: nemo_cpu must be a mapping of {', '.join(NEMO_CPU_KEYS)} (or null), got {raw!r}")
+    unknown = sorted(map(str, set(raw) - set(NEMO_CPU_KEYS)))
+    if unknown:
+        raise SweepError(f"{where}: nemo_cpu: unknown key(s) {', '.join(unknown)}; accepted keys are {', '.join(NEMO_CPU_KEYS)}")
+    values = []
+    for key, (kind, default) in NEMO_CPU_KEYS.items():
+        value = raw.get(key, default)
+        good = isinstance(value, bool) if kind is bool else (
+            isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "val_period" else 1)
+            if kind is int else isinstance(value, str) and value.strip() != "")
+        if not good:
+            expected = {bool: "true or false", int: "a positive integer", str: "a non-empty string"}[kind]
+            raise SweepError(f"{where}: nemo_cpu.{key} must be {expected}, got {value!r}")
+        values.append((key, value))
+    return tuple(values)

@@ -5,6 +5,9 @@ Two engines, two jobs:
   ray.sub from the profile's NeMo RL checkout, with COMMAND = our entry point
   `python -m gdpo_nemo.commands.nemo_run --config <run config>` (started with the
   profile's nemo_launcher, `uv run --project <nemo_rl_dir> python` by default);
+  With a profile's `nemo_cpu`, the same template runs COMMAND itself on one node instead:
+  NeMo RL's own grpo_train on that node's CPU (`python -m gdpo_nemo.commands.nemo_smoke
+  <run config> --run-dir <run dir> --continue ...`, the CPU path), no container, no ray.sub;
 - local: a one-node job running `gdpo-nemo train --config <run config> --run-dir <run dir>`,
   with `--resume` whenever the run dir has a checkpoint.
 
@@ -27,6 +30,7 @@ from gdpo_nemo.sweep.profiles import ClusterProfile
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = REPO_ROOT / "slurm" / "templates"
 NEMO_ENTRY_POINT = "gdpo_nemo.commands.nemo_run"
+NEMO_CPU_ENTRY_POINT = "gdpo_nemo.commands.nemo_smoke"
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -51,7 +55,7 @@ def sbatch_directives(
     if profile.account:
         options.append(f"--account={profile.account}")
     options += [f"--time={profile.time}", f"--nodes={nodes}"]
-    if engine == "nemo":
+    if engine == "nemo" and profile.nemo_cpu is None:
         options.append("--exclusive")
         if profile.node_gres:
             options.append(f"--gres={profile.node_gres}")
@@ -61,7 +65,7 @@ def sbatch_directives(
             options.append(f"--cpus-per-task={profile.cpus_per_task}")
         if profile.mem:
             options.append(f"--mem={profile.mem}")
-        if profile.gpus_per_node > 0:
+        if profile.gpus_per_node > 0 and engine != "nemo":
             options.append("--gres=gpu:1")  # the local engine uses at most one GPU
     options += [
         f"--chdir={workdir}",
@@ -105,6 +109,23 @@ def nemo_command(profile: ClusterProfile, config_path: Path, workdir: Path) -> s
     )
 
 
+def nemo_cpu_command(profile: ClusterProfile, config_path: Path, run_dir: Path, workdir: Path) -> str:
+    """COMMAND of a `nemo_cpu` profile's job: NeMo RL's grpo_train on the node's CPU through
+    `gdpo-nemo nemo-smoke`'s CPU path, in `run_dir` (the sweep's), continuing the run there
+    when a requeued or resubmitted job finds one."""
+    q = shlex.quote
+    cpu = dict(profile.nemo_cpu or ())
+    flags = [f"--{key.replace('_', '-')} {q(str(value))}" for key, value in cpu.items() if key != "wandb"]
+    if cpu.get("wandb"):
+        flags.append("--wandb")
+    return (
+        f"cd {q(str(workdir))} && "
+        f"PYTHONPATH={q(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f"{q(profile.python or sys.executable)} -m {NEMO_CPU_ENTRY_POINT} {q(str(config_path))} --run-dir {q(str(run_dir))}"
+        f" --continue {' '.join(flags)}"
+    )
+
+
 def render_script(
     engine: str,
     *,
@@ -131,7 +152,10 @@ def render_script(
         "wandb_name": q(run_id.name),
         "wandb_group": q(run_id.group),
     }
-    if engine == "nemo":
+    if engine == "nemo" and profile.nemo_cpu is not None:
+        values.update(container="''", mounts="''", gpus_per_node="0", ray_log_dir=q(str(run_dir / "ray_logs")),
+                      command=q(nemo_cpu_command(profile, config_path, run_dir, workdir)), ray_sub="''", run_grpo="''")
+    elif engine == "nemo":
         values.update(
             container=q(str(profile.container)),
             mounts=q(container_mounts(profile, [Path(str(profile.nemo_rl_dir)), REPO_ROOT, sweep_dir, workdir])),

@@ -222,7 +222,8 @@ class StepMetricsWriter:
 
     `log(metrics, step, prefix)` takes what ``Logger.log_metrics`` gets; scalar values are
     kept as ``<prefix>/<key>``, the rest (histograms, tables) skipped; calls for the same
-    step are merged, and a record is written when a later step arrives or at `close`.
+    step are merged, and a record is written at the step's last call (``finished``), when a
+    later step arrives, or at `close`.
     Prefixes in `skip_prefixes` (Ray GPU monitoring, which counts its own steps) are not
     recorded. `resume_step`: keep existing records up to that step (NeMo RL resumed from
     that checkpoint), None to start a fresh file.
@@ -232,6 +233,7 @@ class StepMetricsWriter:
         from gdpo_nemo.runs.tracking import Tracker
 
         self._tracker = Tracker(run_dir, wandb_enabled=False, resume_step=resume_step)
+        self.resume_step = resume_step
         self._skip = skip_prefixes
         self._step: int | None = None
         self._record: dict[str, Any] = {}
@@ -241,9 +243,25 @@ class StepMetricsWriter:
     def path(self) -> Path:
         return self._tracker.path
 
-    def log(self, metrics: Mapping, step: int, prefix: str = "") -> None:
-        """Add one log call's scalar metrics to the record of `step`."""
+    def earlier_records(self) -> list[dict]:
+        """The records a resumed run keeps from its earlier jobs (steps up to `resume_step`,
+        oldest first); [] for a fresh run."""
+        if self.resume_step is None:
+            return []
+        from gdpo_nemo.runs.rundir import read_metrics_file
+
+        with self._lock:
+            self._tracker._file.flush()
+            return [r for r in read_metrics_file(self.path) if r["step"] <= self.resume_step]
+
+    def log(self, metrics: Mapping, step: int, prefix: str = "", *, finished: bool = False) -> None:
+        """Add one log call's scalar metrics to the record of `step`; `finished` (NeMo RL's
+        ``step_finished``: the step's last call) writes the record now."""
         if prefix and any(prefix == p or prefix.startswith(p + "/") for p in self._skip):
+            if finished:
+                with self._lock:
+                    self._flush()
+                    self._step = None
             return
         with self._lock:
             if self._step is not None and step != self._step:
@@ -253,6 +271,9 @@ class StepMetricsWriter:
                 if _scalar(value):
                     name = f"{prefix}/{key}" if prefix else str(key)
                     self._record[name] = value.item() if hasattr(value, "item") else value
+            if finished:
+                self._flush()
+                self._step = None
 
     def _flush(self) -> None:
         if self._step is not None and self._record:

@@ -24,7 +24,10 @@ starts) does, against the pinned commit's APIs:
      sum varies; once the step's batch is complete, the per-component reward families of the
      sets NeMo RL's totals cover, and collapse diagnostics of the trained batch, join the
      step's metrics (logged as ``train/...``; docs/interfaces.md);
-   - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl``;
+   - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl`` (a
+     step's record at its last call), and replays a resumed run's earlier steps into W&B;
+   - ``nemo_rl.utils.checkpoint.CheckpointManager.begin_finalization``: a step's checkpoint
+     becomes the one to resume from only once the step's metrics are written;
    - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
      ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
    - ``nemo_rl.utils.logger.get_next_experiment_dir``: keeps ``logger.log_dir`` as the run
@@ -68,6 +71,7 @@ __all__ = [
     "wrap_rollout",
     "wrap_validate",
     "watch_timeout",
+    "defer_finalization",
     "pin_ray_address",
 ]
 
@@ -89,9 +93,16 @@ class HookState:
     # the data errors of its rollouts.
     generated: list = field(default_factory=list)
     step_data_errors: int | None = None
+    pending_checkpoints: list = field(default_factory=list)  # defer_finalization's, until the step is logged
 
     def __post_init__(self):
         self.collector = ValidationCollector(self.settings)
+
+    def release_checkpoints(self) -> None:
+        """Let NeMo RL finalize the checkpoints held back (`defer_finalization`)."""
+        pending, self.pending_checkpoints = self.pending_checkpoints, []
+        for finalize in pending:
+            finalize()
 
     def end_step(self) -> None:
         """Forget the step in progress (its batch is complete, or the trainer gave up)."""
@@ -246,15 +257,51 @@ def wrap_validate(original: Callable, state: HookState) -> Callable:
     return _mark(validate, original)
 
 
-def wrap_log_metrics(original: Callable, writer: StepMetricsWriter) -> Callable:
-    """``Logger.log_metrics(self, metrics, step, prefix="", ...)`` that also feeds `writer`."""
+def wrap_log_metrics(original: Callable, writer: StepMetricsWriter, state: "HookState | None" = None) -> Callable:
+    """``Logger.log_metrics(self, metrics, step, prefix="", ...)`` that also feeds `writer`.
+
+    In a resumed run (a requeued or resubmitted job), the first call first replays the
+    steps the earlier jobs logged up to the checkpoint (`writer.earlier_records`, from
+    metrics.jsonl) into NeMo RL's W&B logger: each job starts a new W&B run, and a job killed
+    by Slurm takes W&B's unflushed records with it, so every job's W&B run holds the run's
+    whole history (gdpo_nemo.analysis.wandb_offline.chain_requeued_jobs joins them).
+    The step's last call (``step_finished``) writes its record and releases the checkpoints
+    `defer_finalization` held back (`state`)."""
+    replayed = []
 
     def log_metrics(self, metrics, step, prefix="", *args, **kwargs):
+        if not replayed:
+            replayed.append(True)
+            wandb_logger = getattr(self, "wandb_logger", None)
+            if wandb_logger is not None:
+                for record in writer.earlier_records():
+                    values = {k: v for k, v in record.items() if k != "step" and v is not None}
+                    wandb_logger.log_metrics(values, int(record["step"]), prefix="")
         result = original(self, metrics, step, prefix, *args, **kwargs)
-        writer.log(metrics, step, prefix or "")
+        finished = bool(kwargs.get("step_finished", args[1] if len(args) > 1 else False))
+        writer.log(metrics, step, prefix or "", finished=finished)
+        if finished and state is not None:
+            state.release_checkpoints()
         return result
 
     return _mark(log_metrics, original)
+
+
+def defer_finalization(manager_cls: type, state: HookState) -> Callable:
+    """NeMo RL's ``CheckpointManager.begin_finalization(self, checkpoint_path, wait_fn=None)``
+    (which renames ``tmp_step_N`` to ``step_N``, making it the checkpoint a later job resumes
+    from) held back until the step's last log call (``step_finished``) is in metrics.jsonl.
+
+    grpo_train saves a step's checkpoint before it logs that step's metrics: a job killed in
+    between (Slurm's cancel, a preemption, SIGKILL) would resume after a step whose metrics
+    no file holds. Held back, such a job leaves ``tmp_step_N``; the next one resumes from
+    step N-1, runs step N again and logs it once (NeMo RL removes the stale tmp folder)."""
+    original = _unwrapped(manager_cls.begin_finalization)
+
+    def begin_finalization(self, checkpoint_path, *args, **kwargs):
+        state.pending_checkpoints.append(lambda: original(self, checkpoint_path, *args, **kwargs))
+
+    return _mark(begin_finalization, original)
 
 
 def pin_ray_address(original: Callable) -> Callable:
@@ -266,8 +313,11 @@ def pin_ray_address(original: Callable) -> Callable:
 
         import ray
 
+        from gdpo_nemo.engines.nemo.run import reclaim_sigterm
+
         result = original(*args, **kwargs)
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+        reclaim_sigterm()  # Ray's driver took SIGTERM over; a Slurm cancel must still close the logs
         return result
 
     return _mark(init_ray, original)
@@ -338,8 +388,13 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
     grpo_module.dynamic_sampling = wrap_dynamic_sampling(_unwrapped(grpo_module.dynamic_sampling), state)
     grpo_module.TimeoutChecker = watch_timeout(_unwrapped(grpo_module.TimeoutChecker), state)
     if writer is not None:
+        import nemo_rl.utils.checkpoint as checkpoint_module
+
         logger_cls = logger_module.Logger
-        logger_cls.log_metrics = wrap_log_metrics(_unwrapped(logger_cls.log_metrics), writer)
+        logger_cls.log_metrics = wrap_log_metrics(_unwrapped(logger_cls.log_metrics), writer, state)
+        manager_cls = checkpoint_module.CheckpointManager
+        if hasattr(manager_cls, "begin_finalization"):
+            manager_cls.begin_finalization = defer_finalization(manager_cls, state)
     cluster_module.init_ray = pin_ray_address(_unwrapped(cluster_module.init_ray))
     original_next_dir = _unwrapped(logger_module.get_next_experiment_dir)
     logger_module.get_next_experiment_dir = _mark(lambda base_log_dir: str(base_log_dir), original_next_dir)

@@ -19,9 +19,12 @@ installed ``nemo_rl`` package.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from gdpo_nemo.config import ConfigError, load_config_file
@@ -62,6 +65,41 @@ def find_run_grpo(explicit: str | None = None) -> Path:
     )
 
 
+_SIGTERM_ACTIVE: list = []  # non-empty inside `exit_on_sigterm`
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """Within the block, SIGTERM (Slurm's scancel, a requeue, a preemption: SIGKILL follows
+    after KillWait) raises SystemExit(143) in the main thread instead of ending the process
+    on the spot, so the `finally` blocks run: the metrics writer writes the step record it
+    holds (a step is written when the next one starts), and the next job, resuming from the
+    checkpoint of that step, finds it in metrics.jsonl. Ray's driver installs its own SIGTERM
+    handler when it connects (it prints a trace and dies): `reclaim_sigterm` is called after
+    that. Outside the main thread, a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    _SIGTERM_ACTIVE.append(previous)
+    try:
+        yield
+    finally:
+        _SIGTERM_ACTIVE.pop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def reclaim_sigterm() -> None:
+    """Put `exit_on_sigterm`'s handler back (after Ray connected and replaced it); a no-op
+    outside that block or the main thread."""
+    if _SIGTERM_ACTIVE and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
 def prepare_run_dir(config: dict) -> Path:
     """Create the run dir (logger.log_dir), write config.yaml there, drop a stale DONE."""
     run_dir = Path(config["logger"]["log_dir"])
@@ -86,7 +124,8 @@ def launch(config: dict, script: Path) -> None:
     saved_argv = sys.argv
     sys.argv = [str(script), "--config", str(rundir.config_path(run_dir))]
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with exit_on_sigterm():
+            runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.argv = saved_argv
         writer.close()

@@ -71,7 +71,8 @@ def _data_files_present(block: Mapping | None) -> bool:
 
 
 def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSize = SmokeSize(),
-               data: str = "auto", tiny_model: bool = False, overrides: Sequence[str] = ()) -> CpuConfig:
+               data: str = "auto", tiny_model: bool = False, overrides: Sequence[str] = (),
+               keep_wandb: bool = False) -> CpuConfig:
     """The CPU version of `config` (a validated ``gdpo.engine: nemo`` run config).
 
     model_dir: the Hugging Face folder to train (policy, tokenizer and the environments'
@@ -79,7 +80,9 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     own). data: "offline" (our seeded offline rows of the task), "config" (the config's
     data files) or "auto" (the files when they exist here, else offline). tiny_model: the
     policy is builtin:tiny, whose rewards are all 0, so DAPO dynamic sampling is turned
-    off (it would only redraw) unless the overrides turn it back on.
+    off (it would only redraw) unless the overrides turn it back on. keep_wandb: keep the
+    config's W&B logging (its project, group and name; offline files when no server answers,
+    see `gdpo_nemo.runs.tracking.settle_external_wandb`) instead of turning it off.
     Raises ConfigError naming the key at fault.
     """
     if data not in ("auto", "offline", "config"):
@@ -160,7 +163,8 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "checkpointing.enabled", True, changes)
     _set(c, "checkpointing.save_period", 1, changes)
     _set(c, "checkpointing.checkpoint_must_save_by", None, changes)
-    _set(c, "logger.wandb_enabled", False, changes)  # no network here; TensorBoard files instead
+    if not keep_wandb:
+        _set(c, "logger.wandb_enabled", False, changes)  # a smoke run stays out of the W&B project; TensorBoard files instead
     _set(c, "logger.tensorboard_enabled", True, changes)
     if not isinstance(get_path(c, "logger.tensorboard"), dict):  # NeMo RL's Logger reads it when enabled
         _set(c, "logger.tensorboard", {}, changes)

@@ -73,7 +73,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
     from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
-    from gdpo_nemo.engines.nemo.run import prepare_run_dir
+    from gdpo_nemo.engines.nemo.run import prepare_run_dir, reclaim_sigterm
 
     started = time.perf_counter()
     config = dict(config)
@@ -96,6 +96,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         cluster.start_ray()
     else:  # NeMo RL's memory tracker asks Ray for "the" address: name this one
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    reclaim_sigterm()  # Ray's driver took SIGTERM over (gdpo_nemo.engines.nemo.run.exit_on_sigterm)
     policy = virtual_cluster = None
     task_to_env, val_task_to_env = {}, {}
     try:
