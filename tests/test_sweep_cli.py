@@ -73,7 +73,8 @@ def test_dry_run_of_each_paper_experiment_on_the_example_profile(experiment, tmp
         assert exported(script, "COMMAND") == (
             f"cd {Path.cwd()} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} uv run --project"
             f" /lustre/fsw/my_account/nemo-rl python -m gdpo_nemo.commands.nemo_run --config {config_path}")
-        assert script.rstrip().endswith("\nexec bash /lustre/fsw/my_account/nemo-rl/ray.sub")
+        assert "\nRAY_SUB=/lustre/fsw/my_account/nemo-rl/ray.sub\n" in script
+        assert script.rstrip().endswith('\nexec bash "$RAY_SUB"')
         assert exported(script, "WANDB_NAME") == config["logger"]["wandb"]["name"] == run_id.name
         assert exported(script, "WANDB_RUN_GROUP") == config["logger"]["wandb"]["group"] == run_id.group
         assert config["logger"]["log_dir"] == str(tmp_path / "runs" / run_id.name)
@@ -146,6 +147,26 @@ def test_submit_without_sbatch_on_path_is_refused(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     rc, _, err = sweep(capsys, "smoke", "--cluster", "local", "--submit", "--sweep-dir", tmp_path / "s")
     assert_refused(rc, err, tmp_path / "s", "--submit needs Slurm's sbatch, squeue, not found on PATH")
+
+
+def test_the_cpu_profile_runs_a_multi_node_paper_experiment_as_one_node_cpu_jobs(tmp_path, capsys):
+    rc, out, _ = sweep(capsys, "math", "--cluster", "local_nemo_cpu", "--dry-run", "--sweep-dir", tmp_path)
+    assert rc == 0 and PAPER_NODES["math"] > 1
+    for path in sorted((tmp_path / "jobs").glob("*.sbatch")):
+        lines = path.read_text().splitlines()
+        assert "#SBATCH --nodes=1" in lines and not [l for l in lines if l.startswith(("#SBATCH --gres", "#SBATCH --exclusive"))]
+        assert "gdpo_nemo.commands.nemo_smoke" in next(l for l in lines if l.startswith("export COMMAND="))
+
+
+def test_a_cpu_profile_naming_a_model_folder_that_is_not_there_is_refused_before_sbatch(tmp_path, capsys):
+    raw = yaml.safe_load((PROFILE_DIR / "local_nemo_cpu.yaml").read_text())
+    raw["nemo_cpu"]["model"] = str(tmp_path / "no_model")
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    rc, out, err = sweep(capsys, "math", "--cluster", str(path), "--submit", "--sweep-dir", tmp_path / "s")
+    assert rc == 2 and err.strip().count("\n") == 0
+    assert f"nemo_cpu.model {str(tmp_path / 'no_model')!r} is not tiny, smollm2 or a model folder" in err
+    assert not (tmp_path / "s" / "manifest.json").exists()
 
 
 def test_nemo_submit_needs_ray_sub_in_the_profiles_checkout(tmp_path, capsys):

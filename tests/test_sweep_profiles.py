@@ -125,3 +125,24 @@ def test_nemo_engine_refuses_an_ngc_release_older_than_the_pinned_nemo_rl():
         parse(container="nvcr.io/nvidia/nemo-rl:v0.4.0", nemo_rl_dir="/nemo-rl").check_engine("nemo")
     parse(container="/images/nemo-rl-7ea279ab.sqsh", nemo_rl_dir="/nemo-rl").check_engine("nemo")
     parse(container="nvcr.io/nvidia/nemo-rl:v0.6.0", nemo_rl_dir="/nemo-rl").check_engine("nemo")
+
+
+def test_the_nemo_cpu_profile_needs_no_container_and_fills_in_every_size():
+    p = load_profile("local_nemo_cpu")
+    p.check_engine("nemo")  # no container, no NeMo RL checkout: the CPU path
+    assert dict(p.nemo_cpu) == {"model": "tiny", "steps": 2, "prompts": 2, "generations": 2, "max_new_tokens": 32,
+                                "val_period": 1, "wandb": True}
+    assert dict(parse(nemo_cpu=None).nemo_cpu)["model"] == "tiny"  # an empty block: every default
+    with pytest.raises(SweepError, match="lacks container, nemo_rl_dir"):
+        parse().check_engine("nemo")
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"modle": "tiny"}, "nemo_cpu: unknown key\\(s\\) modle; accepted keys are model, steps"),
+    ({"steps": 0}, "nemo_cpu.steps must be a positive integer, got 0"),
+    ({"wandb": "yes"}, "nemo_cpu.wandb must be true or false, got 'yes'"),
+    ("tiny", "nemo_cpu must be a mapping of model, steps"),
+])
+def test_a_bad_nemo_cpu_block_names_the_key_and_what_is_accepted(block, message):
+    with pytest.raises(SweepError, match=message):
+        parse(nemo_cpu=block)

@@ -102,7 +102,23 @@ def test_nemo_job_runs_ray_sub_from_the_checkout_with_our_entry_point_as_command
     assert exported(script, "GPUS_PER_NODE") == "8"
     assert exported(script, "BASE_LOG_DIR") == f"{SWEEP}/runs/{RUN.name}/ray_logs"
     assert exported(script, "GDPO_NEMO_RUN_GRPO") == "/lustre/me/nemo-rl/examples/run_grpo.py"
-    assert script.rstrip().splitlines()[-1] == "exec bash /lustre/me/nemo-rl/ray.sub"
+    assert "RAY_SUB=/lustre/me/nemo-rl/ray.sub" in script.splitlines()
+    assert script.rstrip().splitlines()[-1] == 'exec bash "$RAY_SUB"'
+
+
+def test_a_nemo_cpu_profile_runs_nemo_rl_on_one_node_s_cpu_through_the_same_template():
+    cpu = profile(NEMO, container=None, nemo_rl_dir=None, gpus_per_node=0, gres=None, cpus_per_task=2, mem="6G",
+                  nemo_cpu={"model": "smollm2", "steps": 3})
+    script = render("nemo", cpu)
+    run_dir, config = SWEEP / "runs" / RUN.name, SWEEP / "configs" / f"{RUN.name}.yaml"
+    assert exported(script, "COMMAND") == (
+        f"cd {WORKDIR} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} {sys.executable} -m"
+        f" gdpo_nemo.commands.nemo_smoke {config} --run-dir {run_dir} --continue --model smollm2 --steps 3 --prompts 2"
+        " --generations 2 --max-new-tokens 32 --val-period 1 --wandb")
+    sbatch = directives(script)
+    assert {"--ntasks=1", "--cpus-per-task=2", "--mem=6G"} <= set(sbatch)
+    assert not [d for d in sbatch if d.startswith(("--gres", "--exclusive"))]
+    assert "RAY_SUB=''" in script.splitlines() and 'exec bash -c "$COMMAND"' in script
 
 
 def test_wandb_name_and_group_are_the_run_id():

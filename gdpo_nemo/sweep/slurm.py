@@ -59,7 +59,14 @@ def submit(script: Path, *, cwd: Path, dependency: str | None = None) -> str:
     extra = [f"--dependency={dependency}"] if dependency else []
     proc = _run(["sbatch", "--parsable", *extra, str(script)], cwd=cwd)
     if proc.returncode != 0:
-        raise SlurmError(f"sbatch {script} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        said = "; ".join(line.strip() for line in proc.stderr.splitlines() if line.strip())
+        hint = ""
+        for word, key in (("partition", "partition"), ("account", "account"), ("gres", "gres or gpus_per_node"),
+                          ("time limit", "time"), ("memory", "mem")):
+            if word in said.lower():
+                hint = f" (the cluster refused the profile's {key})"
+                break
+        raise SlurmError(f"sbatch {script} failed (exit {proc.returncode}): {said}{hint}")
     # --parsable prints "jobid" or "jobid;cluster"
     job_id = proc.stdout.strip().splitlines()[-1].split(";")[0]
     if not job_id.isdigit():

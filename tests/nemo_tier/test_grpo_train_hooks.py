@@ -218,3 +218,27 @@ def test_a_timeout_stop_inside_nemo_rl_marks_the_run_not_done(grpo_run):
     checker.mark_iteration()
     assert checker.check_save() is True
     assert grpo_run["state"].timed_out is True
+
+
+def test_with_a_larger_generation_batch_the_unfiltered_family_is_nemo_rl_s_first_samples(grpo_run):
+    """grpo.batch_multiplier 1.5: 3 prompts are drawn for 2 trained. One draw keeps 2 of its 3
+    groups and completes the batch; NeMo RL's train/reward is the mean of the first 4 of the
+    6 unfiltered totals, and the families follow it."""
+    import numpy as np
+    import torch
+
+    import nemo_rl.algorithms.grpo as grpo_module
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.utils.timer import Timer
+
+    master = grpo_module.MasterConfig(**grpo_run["config"])
+    correctness = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 1.0])  # group 30 constant: dropped
+    length = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+    draw = BatchedDataDict({"idx": [30, 30, 31, 31, 32, 32], "reward/correctness": correctness, "reward/length": length,
+                            "total_reward": (correctness + length).to(torch.float32)})
+    trained, complete, _, ds_metrics = grpo_module.dynamic_sampling(draw, torch.ones(6), torch.zeros(6), 1, master, Timer(), None)
+    assert complete and trained["idx"] == [31, 31, 32, 32]
+    ours = {key: float(value[0]) for key, value in ds_metrics.items() if key.startswith(("reward", "filtered_reward"))}
+    assert float(np.mean(trained["total_reward"].numpy())) == 1.25  # totals 2, 2, 1, 0: the first 4 drawn
+    assert ours == {"reward/correctness": 0.75, "reward/length": 0.5,
+                    "filtered_reward/correctness": 0.5, "filtered_reward/length": 0.5}

@@ -9,7 +9,8 @@ One story, run once for the module (`journey`), then checked joint by joint:
    runs each job through NeMo RL's own grpo_train on the CPU, W&B on (offline files);
 2. one job is `scancel`led right after its first checkpoint; the same `--submit` command
    resubmits it and the run resumes there;
-3. the same run, uninterrupted, outside Slurm (the job's own command, another run dir);
+3. the same run, uninterrupted, outside Slurm beside the sweep (the job's own command,
+   another run dir);
 4. `gdpo-nemo report` on the sweep's runs, and `gdpo-nemo notebooks` on them.
 
 The model is builtin:tiny made to stop early (tests/nemo_tier/support.py), so the length
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 NEMO_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
 EXPERIMENT = "journey"
-STEPS = 3
+STEPS = 2
 ALGOS, SEEDS = ("grpo", "gdpo"), (0, 1)
 NAMES = {(algo, seed): f"{EXPERIMENT}__math__r1-distill-qwen-1.5b__{algo}__seed{seed}" for algo in ALGOS for seed in SEEDS}
 REQUEUED = NAMES[("gdpo", 1)]
@@ -123,6 +124,14 @@ def journey(slurm_cluster, tmp_path_factory) -> Journey:
         mp.setenv("WANDB_MODE", "offline")  # the jobs inherit the submitting shell's environment
         mp.delenv("WANDB_API_KEY", raising=False)
         outputs["submit"] = _sweep(sweep_dir, profile_path, "--submit")
+        # The run to cancel, uninterrupted, beside the sweep: the job's own command, another run dir.
+        from gdpo_nemo.sweep.profiles import load_profile
+        from gdpo_nemo.sweep.render import nemo_cpu_command
+
+        reference_dir = root / "uninterrupted"
+        command = nemo_cpu_command(load_profile(str(profile_path)), sweep_dir / "configs" / f"{REQUEUED}.yaml",
+                                   reference_dir, Path.cwd())
+        reference = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         requeued_dir = sweep_dir / "runs" / REQUEUED
         _wait("the first checkpoint of the run to cancel", lambda: 1 in _checkpoints(requeued_dir), sweep_dir)
         assert not (requeued_dir / "DONE").exists(), "the run finished before it could be cancelled"
@@ -133,16 +142,8 @@ def journey(slurm_cluster, tmp_path_factory) -> Journey:
         outputs["resubmit"] = _sweep(sweep_dir, profile_path, "--submit")
         _wait("every run's DONE", lambda: all((sweep_dir / "runs" / n / "DONE").exists() for n in NAMES.values()), sweep_dir)
         _wait("every job to end", lambda: _ended(_jobs(sweep_dir, REQUEUED)), sweep_dir)
-
-        # The requeued run, uninterrupted: the job's own command with another run dir.
-        from gdpo_nemo.sweep.profiles import load_profile
-        from gdpo_nemo.sweep.render import nemo_cpu_command
-
-        reference_dir = root / "uninterrupted"
-        command = nemo_cpu_command(load_profile(str(profile_path)), sweep_dir / "configs" / f"{REQUEUED}.yaml",
-                                   reference_dir, Path.cwd())
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=WAIT_S)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        printed, _ = reference.communicate(timeout=WAIT_S)
+        assert reference.returncode == 0, printed[-3000:]
 
         report_dir = root / "report"
         out = io.StringIO()

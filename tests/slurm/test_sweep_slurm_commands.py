@@ -63,3 +63,12 @@ def test_local_cluster_start_is_idempotent_and_leaves_the_node_idle(slurm_cluste
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith(("is idle", "is mixed", "is allocated"))
     assert (STATE_DIR / "slurmctld.pid").read_text() == pid_before  # nothing restarted
+
+
+def test_a_partition_the_cluster_does_not_have_is_one_line_naming_the_profile_key(slurm_cluster, tmp_path):
+    script = job_script(tmp_path, "nowhere", "exit 0", "--partition=no_such_partition")
+    with pytest.raises(slurm.SlurmError) as refused:
+        slurm.submit(script, cwd=tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message and "no_such_partition" in message
+    assert message.endswith("(the cluster refused the profile's partition)")
