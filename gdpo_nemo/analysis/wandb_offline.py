@@ -65,32 +65,24 @@ def chain_requeued_jobs(logs: list[RunLog]) -> list[RunLog]:
     order the jobs started (the ``offline-run-<YYYYmmdd_HHMMSS>-<id>`` folder names): the
     rows of a job before the first step the next job logged, then that job's rows; status
     and path of the last job. Other logs are returned as they are, in their order."""
-    chains: dict[tuple, list[RunLog]] = {}
-    out: list = []
+    chains: dict[object, list[RunLog]] = {}  # insertion order: the order of each chain's first log
     for log in logs:
-        if log.source != "wandb-offline" or not log.path:
-            out.append(log)
-            continue
-        key = (log.run_id, str(Path(log.path).parent))
-        if key not in chains:
-            chains[key] = []
-            out.append(key)
-        chains[key].append(log)
-    joined = []
-    for item in out:
-        if isinstance(item, RunLog):
-            joined.append(item)
-            continue
-        jobs = sorted(chains[item], key=lambda log: Path(log.path).name)
-        merged = jobs[0]
-        for later in jobs[1:]:
-            first = min(later.rows) if later.rows else None
-            rows = {step: row for step, row in merged.rows.items() if first is None or step < first}
-            rows.update(later.rows)
-            merged = RunLog(run_id=later.run_id, source=later.source, path=later.path, status=later.status,
-                            config=later.config or merged.config, rows=rows, priority=later.priority)
-        joined.append(merged)
-    return joined
+        joins = log.source == "wandb-offline" and bool(log.path)
+        chains.setdefault((log.run_id, str(Path(log.path).parent)) if joins else id(log), []).append(log)
+    return [_join_jobs(sorted(jobs, key=lambda log: Path(log.path).name)) if len(jobs) > 1 else jobs[0]
+            for jobs in chains.values()]
+
+
+def _join_jobs(jobs: list[RunLog]) -> RunLog:
+    """One run's W&B offline runs, oldest job first, as one log (see `chain_requeued_jobs`)."""
+    merged = jobs[0]
+    for later in jobs[1:]:
+        first = min(later.rows) if later.rows else None
+        rows = {step: row for step, row in merged.rows.items() if first is None or step < first}
+        rows.update(later.rows)
+        merged = RunLog(run_id=later.run_id, source=later.source, path=later.path, status=later.status,
+                        config=later.config or merged.config, rows=rows, priority=later.priority)
+    return merged
 
 
 def find_offline_runs(root: str | Path) -> list[Path]:

@@ -80,15 +80,29 @@ def component_metrics(
     components: {name: Tensor[B]}. group_ids: Tensor[B] or None. settings: the run's
     estimator (for distinct_groups), or None to skip it.
     """
+    return {**_component_means("reward", components), **group_diagnostics(components, group_ids, settings)}
+
+
+def _component_means(family: str, components: Mapping[str, Tensor]) -> dict[str, float]:
+    """{"<family>/<name>": mean of each component, NaN values left out (NaN when all are)}."""
     metrics: dict[str, float] = {}
     for name, values in components.items():
         values = torch.as_tensor(values, dtype=torch.float64)
         valid = values[~torch.isnan(values)]
-        metrics[f"reward/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
+        metrics[f"{family}/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
+    return metrics
+
+
+def group_diagnostics(
+    components: Mapping[str, Tensor],
+    group_ids: Tensor | None,
+    settings: EstimatorSettings | None,
+) -> dict[str, float]:
+    """{"adv/zero_std_frac/<name>": share, "adv/distinct_groups": n} ({} without groups of
+    two or more samples; no distinct_groups without `settings`)."""
     if not components or not _groups_of_two_or_more(group_ids):
-        return metrics
-    for name, share in zero_std_fraction(dict(components), group_ids).items():
-        metrics[f"adv/zero_std_frac/{name}"] = share
+        return {}
+    metrics = {f"adv/zero_std_frac/{name}": share for name, share in zero_std_fraction(dict(components), group_ids).items()}
     if settings is not None:
         advantages = estimator_advantages(settings, components, group_ids)
         metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
@@ -103,15 +117,10 @@ def reward_family(family: str, components: Mapping[str, Tensor], totals: Tensor,
     the same set. components: {name: Tensor[B]}; totals: Tensor[B], NeMo RL's total of each
     sample. NaN components are left out of their mean (and out of the adjustment).
     """
-    metrics: dict[str, float] = {}
-    stacked = []
-    for name, values in components.items():
-        values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
-        valid = values[~torch.isnan(values)]
-        metrics[f"{family}/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
-        stacked.append(values)
-    if adjusted and stacked:
-        residue = torch.as_tensor(totals, dtype=torch.float64).reshape(-1) - torch.stack(stacked).sum(dim=0)
+    metrics = _component_means(family, components)
+    if adjusted and components:
+        stacked = torch.stack([torch.as_tensor(v, dtype=torch.float64).reshape(-1) for v in components.values()])
+        residue = torch.as_tensor(totals, dtype=torch.float64).reshape(-1) - stacked.sum(dim=0)
         residue = residue[~torch.isnan(residue)]
         metrics[f"{family}_adjustment"] = float(residue.mean()) if residue.numel() else float("nan")
     return metrics
@@ -140,8 +149,7 @@ def trained_batch_metrics(
     components = reward_components(trained)
     if not components:
         return {}
-    groups = batch_group_ids(trained)
-    diagnostics = {k: v for k, v in component_metrics(components, groups, settings).items() if k.startswith("adv/")}
+    diagnostics = group_diagnostics(components, batch_group_ids(trained), settings)
     if not filtered:
         return {**reward_family("reward", components, trained["total_reward"], adjusted=adjusted), **diagnostics}
     metrics = reward_family("filtered_reward", components, trained["filtered_reward"], adjusted=adjusted)
@@ -250,27 +258,22 @@ class StepMetricsWriter:
             return []
         from gdpo_nemo.runs.rundir import read_metrics_file
 
-        with self._lock:
-            self._tracker._file.flush()
+        with self._lock:  # Tracker.log flushes each record it writes
             return [r for r in read_metrics_file(self.path) if r["step"] <= self.resume_step]
 
     def log(self, metrics: Mapping, step: int, prefix: str = "", *, finished: bool = False) -> None:
         """Add one log call's scalar metrics to the record of `step`; `finished` (NeMo RL's
         ``step_finished``: the step's last call) writes the record now."""
-        if prefix and any(prefix == p or prefix.startswith(p + "/") for p in self._skip):
-            if finished:
-                with self._lock:
-                    self._flush()
-                    self._step = None
-            return
+        skipped = bool(prefix) and any(prefix == p or prefix.startswith(p + "/") for p in self._skip)
         with self._lock:
-            if self._step is not None and step != self._step:
-                self._flush()
-            self._step = int(step)
-            for key, value in metrics.items():
-                if _scalar(value):
-                    name = f"{prefix}/{key}" if prefix else str(key)
-                    self._record[name] = value.item() if hasattr(value, "item") else value
+            if not skipped:
+                if self._step is not None and step != self._step:
+                    self._flush()
+                self._step = int(step)
+                for key, value in metrics.items():
+                    if _scalar(value):
+                        name = f"{prefix}/{key}" if prefix else str(key)
+                        self._record[name] = value.item() if hasattr(value, "item") else value
             if finished:
                 self._flush()
                 self._step = None

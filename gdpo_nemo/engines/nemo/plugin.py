@@ -175,7 +175,7 @@ def wrap_dynamic_sampling(original: Callable, state: HookState) -> Callable:
         spread = group_signal_spread(repeated_batch, state.settings) if state.settings is not None else None
         if spread is not None:
             std = spread.to(device=std.device, dtype=std.dtype)
-        grpo = _section(master_config, "grpo")
+        grpo = _get(master_config, "grpo")
         filtering = bool(_get(grpo, "use_dynamic_sampling", False))
         try:
             batch, complete, cache, ds_metrics = original(repeated_batch, std, baseline, *args, **kwargs)
@@ -212,10 +212,6 @@ def _get(section, key: str, default=None):
     if isinstance(section, Mapping):
         return section.get(key, default)
     return getattr(section, key, default)
-
-
-def _section(master_config, key: str):
-    return _get(master_config, key)
 
 
 def _unfiltered_rewards(batch: Mapping) -> dict:
