@@ -91,8 +91,9 @@ MUTANTS = [
            ("tests/test_sandbox_round2.py",)),
     # engines and sweeps (the mutations issue 27 named)
     Mutant("warm start built but the base model trained", "gdpo_nemo/engines/local/trainer.py",
-           "        model, tokenizer = load_pretrained(warm_start_checkpoint(config, log=log))\n",
-           '        warm_start_checkpoint(config, log=log)\n        model, tokenizer = load_policy(policy["model_name"], seed=seed, log=log)\n',
+           "        model, tokenizer, start_weights = load_warm_start(config, log=log)\n",
+           '        load_warm_start(config, log=log)\n        model, tokenizer = load_policy(policy["model_name"], seed=seed, log=log)\n'
+           '        start_weights = {}\n',
            ("tests/test_local_engine.py::test_warm_start_runs_once_and_is_reused_from_the_cache",)),
     Mutant("eval job named like its training job", "gdpo_nemo/sweep/render.py",
            'job_name=f"{run_id.name}.eval"', 'job_name=f"{run_id.name}"', ("tests/test_sweep_cli.py", "tests/test_eval_sweep.py")),

@@ -163,15 +163,21 @@ def test_step_metrics_report_generation_throughput_and_gpu_memory_only_on_a_gpu(
         assert not [key for key in record if key.startswith("memory/")]  # CPU run
 
 
-def test_the_cpu_warm_start_cache_key_does_not_change_with_device_support():
-    """The warm-start cache of CPU runs (the quickstart's) keeps its key; a GPU or autocast
-    warm-start gets its own (its numbers differ)."""
-    from gdpo_nemo.engines.local.warm_start import warm_start_key
+def test_the_warm_start_cache_key_names_its_numerics():
+    """A warm start made under other numerics (autocast, thread count) gets its own key (its
+    weights differ); the same config under the same numerics keeps one key."""
+    from gdpo_nemo.engines.local.warm_start import warm_start_expected, warm_start_key
 
-    config = tiny_config("gdpo.local.warm_start.enabled=true")
-    assert warm_start_key(config) == "e1d2d445a04f96c2"  # the key before devices were added
-    assert warm_start_key(tiny_config("gdpo.local.warm_start.enabled=true", "gdpo.local.autocast=bfloat16")) \
+    config = tiny_config("gdpo.local.warm_start.enabled=true", "gdpo.local.num_threads=1")
+    assert warm_start_key(config) == warm_start_key(tiny_config("gdpo.local.warm_start.enabled=true",
+                                                                "gdpo.local.num_threads=1"))
+    assert warm_start_key(tiny_config("gdpo.local.warm_start.enabled=true", "gdpo.local.autocast=bfloat16",
+                                      "gdpo.local.num_threads=1")) != warm_start_key(config)
+    assert warm_start_key(tiny_config("gdpo.local.warm_start.enabled=true", "gdpo.local.num_threads=2")) \
         != warm_start_key(config)
+    expected = warm_start_expected(config)
+    assert expected["numerics"]["threads"] == 1 and expected["numerics"]["device"] == "cpu"
+    assert expected["libraries"]["torch"] == torch.__version__
 
 
 # ---------------------------------------------------------------------------------------

@@ -60,6 +60,10 @@ class RunLog:
     config: dict = field(default_factory=dict)
     rows: dict = field(default_factory=dict)
     priority: int = 0
+    # The run dir's provenance.json invocations (runs/provenance.py); None when it has none.
+    provenance: list | None = None
+    # True for logs read from one of our run dirs, which always write provenance.json.
+    expects_provenance: bool = False
 
     def add(self, step: int, metric: str, value) -> None:
         """Record one raw value of `metric` at `step` (a later add overwrites an earlier one)."""
@@ -216,6 +220,9 @@ def assemble(logs: list[RunLog], problems: list[tuple[str, str, str]] | None = N
                 "metric": [k[1] for k in keys],
                 "value": np.fromiter((merged[k][1] for k in keys), dtype=np.float64, count=len(keys)),
             }))
+    problem_rows += provenance_problems([group[0].run_id for group in by_id.values()],
+                                        [next((g.provenance for g in group if g.provenance), None) for group in by_id.values()],
+                                        [any(g.expects_provenance for g in group) for group in by_id.values()])
     metrics = pd.concat(metric_parts, ignore_index=True) if metric_parts else _empty_metrics()
     metrics = metrics.sort_values(["run_id", "metric", "step"], kind="stable").reset_index(drop=True)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS)
@@ -223,6 +230,52 @@ def assemble(logs: list[RunLog], problems: list[tuple[str, str, str]] | None = N
         runs = runs.sort_values("run_id", kind="stable").reset_index(drop=True)
     problems_frame = pd.DataFrame(problem_rows, columns=PROBLEM_COLUMNS)
     return Dataset(_compact(metrics), runs, problems_frame)
+
+
+def provenance_problems(run_ids: list[RunId], records: list, expected: list[bool]) -> list[tuple[str, str, str]]:
+    """Problem rows for runs whose numbers may not be comparable (runs/provenance.py):
+
+    - ``no_provenance``: a run dir without provenance.json (made by an older release, or
+      the file was lost): what its numbers depend on is unknown;
+    - ``provenance_changed``: a run resumed under other code, libraries or numerics than it
+      started with, or from other starting weights;
+    - ``provenance_mismatch``: the runs of one table (experiment, task, model) differ in
+      code, libraries or numerics, or did not start from the same base model; or the runs
+      of one seed (the pairs the paired comparison subtracts) from different weights.
+    """
+    from gdpo_nemo.runs import provenance
+
+    rows: list[tuple[str, str, str]] = []
+    firsts: dict[tuple, list[tuple[RunId, dict]]] = {}
+    for run_id, invocations, expects in zip(run_ids, records, expected):
+        if not invocations:
+            if expects:
+                rows.append((run_id.name, "no_provenance", "its run dir has no provenance.json: the code, libraries,"
+                             " numerics and starting weights of its numbers are not known"))
+            continue
+        fields = (*provenance.NUMBER_FIELDS, "start_weights")
+        changed = provenance.differences(invocations, [f"invocation {i + 1}" for i in range(len(invocations))], fields)
+        if changed:
+            rows.append((run_id.name, "provenance_changed", "resumed under other numbers than it started with: "
+                         + "; ".join(changed)))
+        firsts.setdefault((run_id.experiment, run_id.task, run_id.model), []).append((run_id, invocations[0]))
+    for (experiment, task, model), runs in sorted(firsts.items()):
+        names = [run_id.name for run_id, _ in runs]
+        table = f"{experiment}/{task}/{model}"
+        lines = provenance.differences([record for _, record in runs], names,
+                                       (*provenance.NUMBER_FIELDS, "start_weights.base_digest"))
+        if lines:
+            rows.append(("", "provenance_mismatch", f"runs of {table} differ in what changes numbers: " + "; ".join(lines)))
+        by_seed: dict[int, list] = {}
+        for run_id, record in runs:
+            by_seed.setdefault(run_id.seed, []).append((run_id, record))
+        for seed, pair in sorted(by_seed.items()):
+            lines = provenance.differences([record for _, record in pair], [r.name for r, _ in pair],
+                                           ("start_weights.digest",))
+            if lines:
+                rows.append(("", "provenance_mismatch", f"runs of {table} seed {seed} did not start from the same"
+                             " weights: " + "; ".join(lines)))
+    return rows
 
 
 def _drop_duplicate_paths(name: str, group: list[RunLog], problem_rows: list) -> list[RunLog]:

@@ -29,7 +29,7 @@ from gdpo_nemo.analysis import evals
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import chain_requeued_jobs, find_offline_runs, read_offline_run
-from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs import provenance, rundir
 from gdpo_nemo.runs.run_id import RunId
 
 _TRAIN_DATA = re.compile(r"^train_data_step(\d+)\.jsonl$")
@@ -81,6 +81,11 @@ def read_run_dir(folder: Path, problems: list) -> list[RunLog]:
         problems.append(("", "no_run_id", f"{folder}: run dir without a gdpo run id in config.yaml or its name; skipped"))
         return []
     status = "finished" if rundir.done_path(folder).exists() else "unfinished"
+    try:
+        records = provenance.read(folder)
+    except ValueError as err:
+        records = None
+        problems.append((run_id.name, "unreadable_provenance", str(err)))
     logs = []
     metrics_path = rundir.metrics_path(folder)
     if metrics_path.exists():
@@ -95,6 +100,8 @@ def read_run_dir(folder: Path, problems: list) -> list[RunLog]:
             logs.append(RunLog(run_id=run_id, source="rundir", path=str(folder), status=status, config=config, priority=2))
             if not config_path.exists():
                 problems.append((run_id.name, "no_metrics", f"{folder}: no metrics.jsonl, config.yaml or W&B file"))
+    for log in logs:
+        log.provenance, log.expects_provenance = records, True
     return logs
 
 

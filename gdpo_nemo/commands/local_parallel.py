@@ -53,9 +53,10 @@ def main(argv=None) -> int:
                                   threads_per_run=threads)
     except ValueError as err:
         return report_error(PROG, err, BAD_INPUT)
-    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, {threads} CPU thread(s) each")
+    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, "
+          f"{threads} CPU thread(s) each unless the experiment pins gdpo.local.num_threads")
     started = time.monotonic()
-    failed = parallel.run_all(runs, args.jobs)
+    failed = parallel.run_all(runs, args.jobs, out=out)
     print(f"{len(runs) - len(failed)} of {len(runs)} run(s) finished; {time.monotonic() - started:.0f} s")
     if failed:
         return report_error(PROG, "failed: " + ", ".join(run.name for run in failed), FAILED)

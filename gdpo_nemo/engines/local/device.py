@@ -72,6 +72,21 @@ def make_deterministic(device: torch.device) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+@contextlib.contextmanager
+def torch_threads(count: int | None):
+    """Run the block with `count` torch CPU threads (None: leave the count as it is), and
+    restore the previous count after it: float reductions depend on the count, so whatever
+    is cached runs under a known one."""
+    previous = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if count:
+            torch.set_num_threads(previous)
+
+
 def sampling_generator(device: torch.device, seed: int) -> torch.Generator:
     """The seeded generator sampling draws from, on `device` (torch.multinomial needs its
     generator on the probabilities' device)."""

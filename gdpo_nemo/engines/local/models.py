@@ -18,7 +18,9 @@ eval mode, and a tokenizer with a chat template, a pad token and ``padding_side=
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import time
@@ -47,6 +49,8 @@ TINY_CONFIG = dict(
     tie_word_embeddings=True,
     rms_norm_eps=1e-5,
 )
+# The record a converted checkpoint keeps beside its weights (runs/provenance.py).
+CONVERSION_RECORD = "conversion.json"
 TINY_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # SmolLM2's chat markup (ChatML) without its default system prompt.
 CHATML_TEMPLATE = (
@@ -61,6 +65,15 @@ def cache_dir() -> Path:
     """Root of everything the local engine caches: ``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``."""
     root = os.environ.get("GDPO_NEMO_CACHE")
     return Path(root).expanduser() if root else Path.home() / ".cache" / "gdpo_nemo"
+
+
+def shown(path: Path) -> str:
+    """`path` as a log line shows it: relative to the working dir when inside it (a study's
+    logs then name no machine's paths), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def is_builtin(model_name: str) -> bool:
@@ -184,42 +197,65 @@ def smollm2_checkpoint(log=print) -> Path:
     are moved into a model built from the same config without its quantization settings
     (every key must match) and that one is saved. Written to a temporary dir and renamed,
     so an interrupted conversion never leaves a half checkpoint behind.
+
+    Cached under ``models/smollm2-135m-instruct-<key>``, the key naming the GGUF file's
+    digest and the library versions (the conversion runs on one torch thread, so the thread
+    count cannot change it); ``conversion.json`` records them with the weights' digest.
     """
-    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    from gdpo_nemo.engines.local.device import torch_threads
+    from gdpo_nemo.runs import provenance
+
+    gguf = smollm2_gguf_path()
+    expected = {"source": gguf.name, "source_sha256": _file_sha256(gguf), "libraries": provenance.library_versions()}
+    key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:16]
+    target = cache_dir() / "models" / f"smollm2-135m-instruct-{key}"
     if (target / "config.json").is_file():
+        provenance.check_cached(target, CONVERSION_RECORD, expected)
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = smollm2_gguf_path()
     started = time.perf_counter()
-    log(f"converting {gguf.name} to a plain fp32 checkpoint in {target} (once; ~30 s)")
-    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    log(f"converting {gguf.name} to a plain fp32 checkpoint in {shown(target)} (once; ~30 s)")
+    with torch_threads(1):
+        quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        config = quantized.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     # Tied output embeddings may be absent from the state dict; nothing else may be.
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise RuntimeError(f"GGUF conversion: missing keys {missing}, unexpected keys {unexpected}")
     plain.tie_weights()
-    save_folder(plain, tokenizer, target)
+    record = {**expected, "digest": provenance.state_digest(plain), "seconds": time.perf_counter() - started}
+    save_folder(plain, tokenizer, target, records={CONVERSION_RECORD: record})
     log(f"converted in {time.perf_counter() - started:.0f} s")
     return target
 
 
-def save_folder(model, tokenizer, target: Path) -> Path:
-    """`model` and `tokenizer` saved as a Hugging Face folder at `target`, written in a
-    temporary folder and renamed into place: an interrupted save never leaves half a
-    checkpoint, and when another process finished first its folder stays."""
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_folder(model, tokenizer, target: Path, records: dict | None = None) -> Path:
+    """`model` and `tokenizer` saved as a Hugging Face folder at `target` (with `records`,
+    {file name: JSON object}, beside them), written in a temporary folder and renamed into
+    place: an interrupted save never leaves half a checkpoint, and when another process
+    finished first its folder stays."""
     target = Path(target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    for name, record in (records or {}).items():
+        (tmp / name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     if target.exists():  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -15,8 +15,10 @@ For one machine without Slurm: a GPU box where several small-model runs share th
 2. Prepare what runs share, once, in one process before any run starts: the embedded
    model's conversion and each distinct warm-start (otherwise N runs would compute the
    same warm-start at once).
-3. Run `gdpo-nemo train --config DIR/configs/<run>.yaml --run-dir DIR/runs/<run> --resume`
-   for at most N runs at a time, each writing DIR/logs/<run>.log. Runs with a DONE marker
+3. Run `gdpo-nemo train --config configs/<run>.yaml --run-dir runs/<run> --resume` in DIR
+   (the configs name paths relative to it) for at most N runs at a time, each writing
+   DIR/logs/<run>.log, with this checkout's code and the cache ``$GDPO_NEMO_CACHE``
+   (default DIR/.cache: a study starts from a clean cache of its own). Runs with a DONE marker
    are skipped; the others resume from their newest checkpoint, so rerunning the command
    after an interruption finishes the experiment.
 
@@ -59,6 +61,8 @@ SMOKE_OVERRIDES = (
     "++gdpo.local.warm_start.steps=1",
     "++gdpo.local.warm_start.batch_size=2",
 )
+# The checkout whose code every run of this command runs (first on the runs' PYTHONPATH).
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 # The command whose hidden `--prepare CONFIG ...` runs `prepare_shared` in a process of its
 # own (named here, never imported: this module is the library under that command).
 COMMAND_MODULE = "gdpo_nemo.commands.local_parallel"
@@ -98,22 +102,24 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
     except (run_config.ConfigError, SweepError) as err:
         raise ValueError(str(err)) from None
     extra = [*(SMOKE_OVERRIDES if smoke else ()), *overrides]
-    if threads_per_run is not None:
-        extra.insert(0, f"++gdpo.local.num_threads={threads_per_run}")  # the user's own value wins
+    # A default only: the experiment's own num_threads (a pinned study) and the user's win.
+    defaults = [] if threads_per_run is None else [f"++gdpo.local.num_threads={threads_per_run}"]
     planned = []
     for spec in sorted(specs, key=lambda spec: spec.seed):  # stable: the experiment's order within a seed
         if spec.run_id not in chosen:
             continue
         try:
             config = run_config.compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed,
-                                        experiment=experiment, overrides=(*spec.overrides, *extra))
+                                        experiment=experiment, overrides=(*defaults, *spec.overrides, *extra))
             if config["gdpo"]["engine"] != "local":
                 raise ValueError(f"gdpo.engine={config['gdpo']['engine']!r}; this command runs the local engine only"
                                  " (use `gdpo-nemo sweep` for NeMo RL runs)")
             run_id = RunId.from_config(config)
             run = LocalRun(run_id.name, out / "configs" / f"{run_id.name}.yaml", out / "runs" / run_id.name,
                            out / "logs" / f"{run_id.name}.log")
-            place_run(config, run_id, run.run_dir)
+            # Paths relative to DIR, where the runs run: the folder can move and its files
+            # name no machine's paths.
+            place_run(config, run_id, run.run_dir.relative_to(out))
             resolve_and_check(config)  # the local engine's own check, before anything starts
         except (run_config.ConfigError, ValueError) as err:
             raise ValueError(f"run {spec.run_id.name}: {err}") from None
@@ -146,21 +152,48 @@ def prepare_shared(config_paths, log=print) -> None:
             load_policy(model, seed=config["grpo"]["seed"], log=log)  # converts once, then cached
 
 
-def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, log=print) -> list[LocalRun]:
-    """Run the unfinished runs, at most `jobs` processes at a time; returns the failed ones."""
+def shared_groups(config_paths) -> dict[str, list[Path]]:
+    """The run configs grouped by what they share before they start: the warm-start's key,
+    else the model's name."""
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.warm_start import warm_start_key
+
+    groups: dict[str, list[Path]] = {}
+    for path in config_paths:
+        config, _ = load_run_config(path)
+        warm = config["gdpo"]["local"]["warm_start"]["enabled"]
+        groups.setdefault(warm_start_key(config) if warm else config["policy"]["model_name"], []).append(Path(path))
+    return groups
+
+
+def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.executable, log=print) -> list[LocalRun]:
+    """Run the unfinished runs, at most `jobs` processes at a time, in `out` (the folder their
+    configs' relative paths start from); returns the failed ones.
+
+    Every process runs this checkout's code (its root first on PYTHONPATH) and caches under
+    ``$GDPO_NEMO_CACHE``, by default `out`/.cache: a study makes its own converted model and
+    warm starts, whatever another cache holds."""
     pending = [run for run in runs if not run.finished]
     for run in runs:
         if run.finished:
             log(f"done already: {run.name}")
     if not pending:
         return []
+    env = dict(os.environ)
+    env.setdefault("GDPO_NEMO_CACHE", str(out / ".cache"))
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # The distinct warm-starts are made before any run starts, `jobs` processes at a time
+    # (the runs that share one go to the same process).
     log(f"preparing the shared model files and warm-starts of {len(pending)} run(s)")
-    prepared = subprocess.run([python, "-m", COMMAND_MODULE, "--prepare", *map(str, (r.config_path for r in pending))])
-    if prepared.returncode != 0:
+    shares: list[list[str]] = [[] for _ in range(jobs)]
+    for index, group in enumerate(shared_groups([run.config_path for run in pending]).values()):
+        shares[index % jobs] += [str(path.relative_to(out)) for path in group]
+    preparing = [subprocess.Popen([python, "-m", COMMAND_MODULE, "--prepare", *share], cwd=out, env=env)
+                 for share in shares if share]
+    if [process.wait() for process in preparing].count(0) != len(preparing):
         log("preparation failed (its output is above); no run started")
         return pending
     # Runs side by side on one GPU: let each process's allocator give back what it frees.
-    env = dict(os.environ)
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     running: dict = {}
     failed, finished = [], 0
@@ -170,9 +203,9 @@ def run_all(runs: list[LocalRun], jobs: int, *, python: str = sys.executable, lo
             run = queue.pop(0)
             run.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(run.log_path, "ab") as output:
-                command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path),
-                           "--run-dir", str(run.run_dir), "--resume"]
-                running[run] = (subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env),
+                command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path.relative_to(out)),
+                           "--run-dir", str(run.run_dir.relative_to(out)), "--resume"]
+                running[run] = (subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=out),
                                 time.monotonic())
             log(f"started {run.name} (log {run.log_path})")
         time.sleep(0.5)

@@ -42,7 +42,7 @@ from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
 from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
 from gdpo_nemo.engines.local.prompts import DataOrder, PromptSet, left_pad, load_prompt_sets
-from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs import provenance, rundir
 from gdpo_nemo.runs.run_id import RunId
 
 # Keys that may change between a run and its resume (they do not touch the trajectory).
@@ -192,23 +192,27 @@ def _config_differences(old: dict, new: dict, prefix: str = "") -> list:
 
 
 def load_initial_policy(config: dict, log=print):
-    """The starting policy `(model, tokenizer)`: `policy.model_name`, warm-started first when
-    `gdpo.local.warm_start.enabled` (cached; see warm_start.py)."""
-    from gdpo_nemo.engines.local.models import load_policy, load_pretrained, prepare_tokenizer
+    """The starting policy `(model, tokenizer, start_weights)`: `policy.model_name`,
+    warm-started first when `gdpo.local.warm_start.enabled` (cached; see warm_start.py);
+    `start_weights` = where the weights came from and their digest (runs/provenance.py)."""
+    from gdpo_nemo.engines.local.models import load_policy, prepare_tokenizer
+    from gdpo_nemo.runs.provenance import state_digest
 
     seed = config["grpo"]["seed"]
     policy = config["policy"]
     if config["gdpo"]["local"]["warm_start"]["enabled"]:
-        from gdpo_nemo.engines.local.warm_start import warm_start_checkpoint
+        from gdpo_nemo.engines.local.warm_start import load_warm_start
 
-        model, tokenizer = load_pretrained(warm_start_checkpoint(config, log=log))
+        model, tokenizer, start_weights = load_warm_start(config, log=log)
     else:
         model, tokenizer = load_policy(policy["model_name"], seed=seed, log=log)
+        digest = state_digest(model)
+        start_weights = {"source": policy["model_name"], "digest": digest, "base_digest": digest}
     if policy["tokenizer"]["name"] not in (None, policy["model_name"]):
         from transformers import AutoTokenizer
 
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(policy["tokenizer"]["name"]))
-    return model, tokenizer
+    return model, tokenizer, start_weights
 
 
 # ---- setup ----------------------------------------------------------------------------
@@ -324,7 +328,7 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
     grpo, policy, local = config["grpo"], config["policy"], config["gdpo"]["local"]
     seed = grpo["seed"]
     device = _seed_and_pick_device(config)
-    model, tokenizer = load_initial_policy(config, log=log)
+    model, tokenizer, start_weights = load_initial_policy(config, log=log)
     model.to(device=device, dtype=dev.weight_dtype(local["dtype"]))
     loss_config = LossConfig.from_config(config["loss_fn"])
     reference = None
@@ -347,6 +351,9 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
         + list(policy["generation"]["stop_token_ids"] or []),
     )
     restored_metrics = _restore(state, latest) if latest is not None else None
+    provenance.append(run_dir, provenance.invocation_record(
+        numbers=provenance.numerics(device, dtype=local["dtype"], autocast=local["autocast"]),
+        start_weights=start_weights, resumed_from=state.start_step if latest is not None else None))
     state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None, log=log)
     if restored_metrics is not None and not any(r.get("step") == state.start_step
                                                 for r in rundir.read_metrics(run_dir)):

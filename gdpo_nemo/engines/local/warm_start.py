@@ -13,9 +13,12 @@ not see its prompts answered), loss on the completion tokens only (the prompt is
 Off for users' own models unless they enable it.
 
 Cache: the result is saved under `<cache>/warm_start/<key>/` where the key hashes the model,
-task, task options, warm-start settings and seed (and, off the CPU defaults, the device kind
-and autocast dtype the pass ran with), so the GRPO and GDPO arms of one seed share it and
-re-runs skip it.
+task, task options, warm-start settings and seed, and the numerics it ran under: the device
+(kind and name), the torch thread count (`gdpo.local.num_threads`; float sums depend on it),
+the autocast dtype and the library versions (runs/provenance.py). So the GRPO and GDPO arms of
+one seed share it, re-runs skip it, and a key never names two different sets of weights.
+``warm_start.json`` beside the weights records all of it with the digests of the weights
+before and after; a reused warm start is checked against both (`load_warm_start`).
 
 Device: the pass runs on the run's `gdpo.local.device` under its `gdpo.local.autocast`
 (fp32 weights; the saved checkpoint is fp32).
@@ -25,81 +28,98 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
 import time
 from pathlib import Path
 
 import torch
 
-from gdpo_nemo.engines.local.device import autocast, make_deterministic, resolve_device
-from gdpo_nemo.engines.local.models import cache_dir, load_policy
+from gdpo_nemo.engines.local.device import autocast, make_deterministic, resolve_device, torch_threads
+from gdpo_nemo.engines.local.models import cache_dir, load_policy, load_pretrained, save_folder, shown
+from gdpo_nemo.runs import provenance
 
+# The record a warm start keeps beside its weights.
+RECORD = "warm_start.json"
 # Offset between the RL seed and the seed of the demonstration items by default.
 DEMONSTRATION_SEED_OFFSET = 1_000_003
 
 
-def warm_start_key(config: dict) -> str:
-    """Hex digest naming the warm-started checkpoint of this config."""
+def warm_start_numerics(config: dict) -> dict:
+    """The numerics the warm start of `config` runs under (`provenance.numerics`): the run's
+    device and autocast, fp32 weights, and the torch thread count `gdpo.local.num_threads`
+    (null: this process's count)."""
+    local = config["gdpo"]["local"]
+    with torch_threads(local["num_threads"]):
+        return provenance.numerics(resolve_device(local["device"]), dtype="float32", autocast=local["autocast"])
+
+
+def warm_start_expected(config: dict) -> dict:
+    """What the warm start's key covers and its ``warm_start.json`` must record: the
+    settings that make it, and the numerics and library versions it runs under."""
     gdpo = config["gdpo"]
     settings = gdpo["local"]["warm_start"]
-    payload = {
+    return {
         "model": config["policy"]["model_name"],
         "task": gdpo["task"],
         "task_options": gdpo["local"]["task_options"],
         "warm_start": {k: v for k, v in settings.items() if k != "enabled"},
         "seed": config["grpo"]["seed"],
         "chat_template_kwargs": config["policy"]["tokenizer"]["chat_template_kwargs"],
-        "version": 1,
+        **provenance.numerics_key(warm_start_numerics(config)),
+        "version": 2,
     }
-    # Off the CPU in fp32 the numbers differ; the CPU key stays what it always was.
-    device_kind = resolve_device(gdpo["local"]["device"]).type
-    if device_kind != "cpu":
-        payload["device"] = device_kind
-    if gdpo["local"]["autocast"] is not None:
-        payload["autocast"] = gdpo["local"]["autocast"]
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def warm_start_key(config: dict) -> str:
+    """Hex digest naming the warm-started checkpoint of this config (`warm_start_expected`)."""
+    return hashlib.sha256(json.dumps(warm_start_expected(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def warm_start_checkpoint(config: dict, log=print) -> Path:
-    """Path of the warm-started checkpoint for `config`, training it first if not cached."""
-    target = cache_dir() / "warm_start" / warm_start_key(config)
+    """Path of the warm-started checkpoint for `config`, training it first if not cached
+    (on `gdpo.local.num_threads` torch threads; the count is part of the key)."""
+    expected = warm_start_expected(config)
+    key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:16]
+    target = cache_dir() / "warm_start" / key
     if (target / "config.json").is_file():
-        log(f"warm-start: using cached {target}")
+        provenance.check_cached(target, RECORD, expected)
+        log(f"warm-start: using cached {shown(target)}")
         return target
     settings = config["gdpo"]["local"]["warm_start"]
     seed = config["grpo"]["seed"]
     model, tokenizer = load_policy(config["policy"]["model_name"], seed=seed, log=log)
+    base_digest = provenance.state_digest(model)
     device = resolve_device(config["gdpo"]["local"]["device"])
     if config["gdpo"]["local"]["deterministic"]:
         make_deterministic(device)  # before the first CUDA matmul of this process
     model.to(device)
     started = time.perf_counter()
-    losses = supervised_warm_start(
-        model, tokenizer, config["gdpo"]["task"], task_options=config["gdpo"]["local"]["task_options"],
-        steps=settings["steps"], lr=settings["lr"], batch_size=settings["batch_size"],
-        examples=settings["examples"],
-        seed=settings["seed"] if settings["seed"] is not None else seed + DEMONSTRATION_SEED_OFFSET,
-        chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
-        progress=config["gdpo"]["local"]["progress"],
-        autocast_dtype=config["gdpo"]["local"]["autocast"],
-    )
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "warm_start.json").write_text(json.dumps({
-        "settings": settings, "model": config["policy"]["model_name"], "task": config["gdpo"]["task"],
-        "losses": losses, "seconds": time.perf_counter() - started,
-    }, indent=1))
-    if target.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(target)
-    log(f"warm-start: {settings['steps']} steps in {time.perf_counter() - started:.0f} s, saved to {target}")
+    with torch_threads(config["gdpo"]["local"]["num_threads"]):
+        losses = supervised_warm_start(
+            model, tokenizer, config["gdpo"]["task"], task_options=config["gdpo"]["local"]["task_options"],
+            steps=settings["steps"], lr=settings["lr"], batch_size=settings["batch_size"],
+            examples=settings["examples"],
+            seed=settings["seed"] if settings["seed"] is not None else seed + DEMONSTRATION_SEED_OFFSET,
+            chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
+            progress=config["gdpo"]["local"]["progress"],
+            autocast_dtype=config["gdpo"]["local"]["autocast"],
+        )
+    record = {**expected, "key": key, "base_digest": base_digest, "digest": provenance.state_digest(model),
+              "losses": losses, "seconds": time.perf_counter() - started}
+    save_folder(model, tokenizer, target, records={RECORD: record})
+    log(f"warm-start: {settings['steps']} steps in {time.perf_counter() - started:.0f} s, saved to {shown(target)}")
     return target
+
+
+def load_warm_start(config: dict, log=print) -> tuple:
+    """`(model, tokenizer, start_weights)` of the warm start of `config` (made first when not
+    cached), its weights checked against the digest recorded when it was made;
+    `start_weights` says where they came from (`provenance.invocation_record`)."""
+    path = warm_start_checkpoint(config, log=log)
+    model, tokenizer = load_pretrained(path)
+    record = provenance.check_cached(path, RECORD, warm_start_expected(config), model=model)
+    return model, tokenizer, {"source": f"warm_start/{path.name}", "digest": record["digest"],
+                              "base_digest": record["base_digest"]}
 
 
 def demonstration_batch(tokenizer, examples, demonstrations, *, chat_template_kwargs=None):

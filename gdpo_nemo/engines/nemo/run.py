@@ -35,6 +35,10 @@ __all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
 RUN_GRPO_ENV = "GDPO_NEMO_RUN_GRPO"
 
 
+# Libraries of the NeMo RL environment that change a run's numbers, beside provenance.LIBRARIES.
+NEMO_LIBRARIES = ("nemo_rl", "vllm", "ray", "megatron-core")
+
+
 def find_run_grpo(explicit: str | None = None) -> Path:
     """The path of NeMo RL's ``examples/run_grpo.py`` (see the module docstring for the
     order); ValueError listing every place looked at."""
@@ -101,10 +105,23 @@ def reclaim_sigterm() -> None:
 
 
 def prepare_run_dir(config: dict) -> Path:
-    """Create the run dir (logger.log_dir), write config.yaml there, drop a stale DONE."""
+    """Create the run dir (logger.log_dir), write config.yaml there, drop a stale DONE, and
+    add this invocation's provenance (runs/provenance.py): code, libraries, the precision the
+    config asks for; the weights are NeMo RL's to load (on its workers), so their digest is
+    not taken, only their name."""
+    from gdpo_nemo.engines.nemo.metrics import latest_checkpoint_step
+    from gdpo_nemo.runs import provenance
+
     run_dir = Path(config["logger"]["log_dir"])
     rundir.write_config(run_dir, config)
     rundir.clear_done(run_dir)
+    policy = config["policy"]
+    provenance.append(run_dir, provenance.invocation_record(
+        numbers={"engine": "nemo", "precision": policy.get("precision"),
+                 "generation_backend": (policy.get("generation") or {}).get("backend")},
+        start_weights={"source": policy["model_name"], "digest": None},
+        resumed_from=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]),
+        libraries=provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES))))
     return run_dir
 
 
