@@ -84,13 +84,17 @@ def device_name(device) -> str:
 
 
 def numerics(device, *, dtype: str = "float32", autocast: str | None = None) -> dict:
-    """The numerics in effect in this process for work on `device`: its kind and name, the
-    torch thread count, the weight dtype and the autocast dtype."""
+    """The numerics in effect in this process for work on `device`: its kind and name (and on
+    the CPU the instruction set torch's kernels use), the torch thread count, the weight dtype
+    and the autocast dtype."""
     import torch
 
     device = torch.device(device)
-    return {"device": device.type, "device_name": device_name(device), "threads": torch.get_num_threads(),
-            "dtype": dtype, "autocast": autocast}
+    numbers = {"device": device.type, "device_name": device_name(device), "threads": torch.get_num_threads(),
+               "dtype": dtype, "autocast": autocast}
+    if device.type == "cpu":  # the vector instructions torch's CPU kernels use (AVX2, AVX512, ...)
+        numbers["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return numbers
 
 
 def numerics_key(numbers: dict, libraries: dict | None = None) -> dict:

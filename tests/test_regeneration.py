@@ -1,0 +1,154 @@
+"""A committed result regenerates from its documented command (paper_figures/regeneration/).
+
+The committed run is a short SmolLM2 GDPO run (experiments/regeneration.yaml): the GGUF
+conversion, a warm start and two RL steps with reward variance, all from an empty cache.
+Its documented command, run again here, must give every logged number again exactly;
+and a warm start made under another thread count must get another key, while the same key
+made in another process (the study runner's preparation vs the run itself) gives the same
+weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo.runs import provenance, rundir
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "paper_figures" / "regeneration"
+RUN = "regeneration__gsm8k__smollm2-135m__gdpo__seed0"
+# Wall-clock figures: the only logged values that may differ between two runs of one command.
+WALL_CLOCK = ("timing/", "memory/")
+
+
+def documented_command() -> list[str]:
+    """The command paper_figures/regeneration/README.md gives, word for word (the one line
+    in its first bash block), with its output folder as written there."""
+    text = (COMMITTED / "README.md").read_text()
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0].strip()
+    assert "\n" not in block, block
+    return block.split()
+
+
+def numbers(run_dir: Path) -> dict[int, dict]:
+    """{step: {metric: value}} of a run dir, without the wall-clock figures."""
+    return {record["step"]: {k: v for k, v in record.items() if not k.startswith(WALL_CLOCK)}
+            for record in rundir.read_metrics(run_dir)}
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory) -> Path:
+    """The documented command run into an empty folder with an empty cache (the study
+    runner's default cache is the output folder's own)."""
+    command = documented_command()
+    assert command[0] == "PYTHON=.venv/bin/python"  # the interpreter: this test's own
+    command = command[1:]
+    assert command[:3] == ["bash", "scripts/study.sh", "regeneration"] and "--out" in command
+    out = tmp_path_factory.mktemp("regeneration") / "regeneration"
+    command[command.index("--out") + 1] = str(out)
+    env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert not (out / ".cache").exists() or (out / ".cache" / "warm_start").is_dir()
+    return out
+
+
+def test_the_committed_run_is_finished_and_its_files_name_no_machine_path():
+    run = COMMITTED / "runs" / RUN
+    assert rundir.is_done(run) and not (run / "checkpoints").exists()
+    steps = numbers(run)
+    assert sorted(steps) == [1, 2]
+    # The run learned something to regenerate: rewards varied within its groups.
+    assert any(0 < steps[s]["train/reward/integer"] < 1 or 0 < steps[s]["train/reward/format"] < 1 for s in steps)
+    for path in [*COMMITTED.rglob("*.yaml"), *COMMITTED.rglob("*.log"), *COMMITTED.rglob("*.json")]:
+        text = path.read_text()
+        for machine in ("/work/", "/root/", "/home/", "/tmp/"):
+            assert machine not in text, f"{path} names {machine}"
+
+
+def test_the_documented_command_regenerates_every_number_of_the_committed_run(regenerated):
+    committed, fresh = COMMITTED / "runs" / RUN, regenerated / "runs" / RUN
+    then, now = provenance.read(committed)[0], provenance.read(fresh)[0]
+    assert now["libraries"] == then["libraries"], "the libraries differ from the committed run's: reinstall with the README's setup"
+    if now["numerics"] != then["numerics"]:
+        pytest.skip(f"another kind of machine than the committed run's: {provenance.differences([then, now], ['committed', 'here'], ('numerics',))}")
+    assert now["start_weights"] == then["start_weights"]  # the same conversion and warm start, bit for bit
+    expected, found = numbers(committed), numbers(fresh)
+    assert sorted(found) == sorted(expected)
+    for step in expected:
+        assert found[step] == expected[step], f"step {step}: " + ", ".join(
+            f"{k}: {expected[step].get(k)} -> {found[step].get(k)}" for k in sorted(set(expected[step]) | set(found[step]))
+            if expected[step].get(k) != found[step].get(k))[:2000]
+    assert (regenerated / "configs" / f"{RUN}.yaml").read_text() == (COMMITTED / "configs" / f"{RUN}.yaml").read_text()
+
+
+def test_the_regenerated_report_tables_equal_the_committed_ones(regenerated):
+    for table in ("training_summary.csv", "paired.csv"):
+        assert (regenerated / "report" / "tables" / table).read_text() == (COMMITTED / "report" / "tables" / table).read_text()
+    assert "No problems found." in (regenerated / "report" / "problems.md").read_text()
+
+
+# ---- the warm-start cache: one key, one set of weights --------------------------------
+
+
+def _warm_start_in_subprocess(cache: Path, threads: int, how: str) -> dict:
+    """Make (or reuse) the tiny warm start on `threads` threads in a fresh process, the way
+    the study runner's preparation does (`prepare`) or the run itself does (`train`); return
+    its key, the digest of the weights that process ends up with, and its record."""
+    script = f"""
+import json, sys
+from gdpo_nemo import config as cc
+from gdpo_nemo.engines.local.config import resolve_and_check
+from gdpo_nemo.engines.local import warm_start
+from gdpo_nemo.runs.provenance import state_digest
+config, _ = resolve_and_check(cc.compose("gsm8k", "tiny", "gdpo", cluster="local", seed=3, overrides=[
+    "++gdpo.local.warm_start.enabled=true", "++gdpo.local.warm_start.steps=3", "++gdpo.local.warm_start.batch_size=4",
+    "++gdpo.local.num_threads={threads}", "++gdpo.local.progress=false"]))
+if "{how}" == "prepare":
+    path = warm_start.warm_start_checkpoint(config, log=lambda m: None)
+    from gdpo_nemo.engines.local.models import load_pretrained
+    model, _ = load_pretrained(path)
+    digest = state_digest(model)
+else:
+    model, _, start = warm_start.load_warm_start(config, log=lambda m: None)
+    digest = state_digest(model)
+print(json.dumps({{"key": warm_start.warm_start_key(config), "digest": digest}}))
+"""
+    env = dict(os.environ, GDPO_NEMO_CACHE=str(cache), PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_changed_thread_count_gives_another_key_never_the_same_key_with_other_weights(tmp_path):
+    one_a = _warm_start_in_subprocess(tmp_path / "a", 1, "prepare")
+    one_b = _warm_start_in_subprocess(tmp_path / "b", 1, "train")  # made by the run itself, in its own cache
+    two = _warm_start_in_subprocess(tmp_path / "a", 2, "train")
+    assert one_a["key"] == one_b["key"] and one_a["digest"] == one_b["digest"]
+    assert two["key"] != one_a["key"]  # another thread count: another cached model, never the 1-thread one
+    assert sorted(p.name for p in (tmp_path / "a" / "warm_start").iterdir()) == sorted([one_a["key"], two["key"]])
+    record = json.loads((tmp_path / "a" / "warm_start" / two["key"] / "warm_start.json").read_text())
+    assert record["numerics"]["threads"] == 2 and record["digest"] == two["digest"]
+
+
+def test_a_cached_warm_start_under_other_numerics_or_with_other_weights_is_refused(tmp_path):
+    made = _warm_start_in_subprocess(tmp_path, 1, "prepare")
+    record_path = tmp_path / "warm_start" / made["key"] / "warm_start.json"
+    record = json.loads(record_path.read_text())
+    # Other weights under the key (a damaged file, a copy from another machine).
+    record_path.write_text(json.dumps({**record, "digest": "0" * 16}))
+    with pytest.raises(AssertionError, match="its weights are not the ones recorded"):
+        _warm_start_in_subprocess(tmp_path, 1, "train")
+    # A record whose numerics are not the key's (made by another thread count).
+    record_path.write_text(json.dumps({**record, "numerics": {**record["numerics"], "threads": 7}}))
+    with pytest.raises(AssertionError, match="made under other numerics than its key says .*numerics.threads"):
+        _warm_start_in_subprocess(tmp_path, 1, "prepare")
+    record_path.write_text(json.dumps(record))
+    assert _warm_start_in_subprocess(tmp_path, 1, "train") == made
