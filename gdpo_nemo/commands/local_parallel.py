@@ -17,6 +17,7 @@ from pathlib import Path
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 from gdpo_nemo.commands.sweep import only_filters
 from gdpo_nemo.engines.local import parallel
+from gdpo_nemo.runs.rundir import shown
 
 PROG = f"python -m {parallel.COMMAND_MODULE}"  # this module, as typed (never "__main__")
 
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
                                   threads_per_run=threads)
     except ValueError as err:
         return report_error(PROG, err, BAD_INPUT)
-    print(f"{len(runs)} run(s) of {args.experiment} into {out}, {args.jobs} at a time, "
+    print(f"{len(runs)} run(s) of {args.experiment} into {shown(out)}, {args.jobs} at a time, "
           f"{threads} CPU thread(s) each unless the experiment pins gdpo.local.num_threads")
     started = time.monotonic()
     failed = parallel.run_all(runs, args.jobs, out=out)

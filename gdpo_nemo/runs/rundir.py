@@ -52,6 +52,15 @@ NON_RUN_DIRS = (CHECKPOINTS_DIR, WANDB_DIR, EVAL_DIR, REPLACED_DIR)
 STEP_DIR = re.compile(r"^step_(\d+)$")  # checkpoints/step_<N>, eval/bfcl/step_<N>
 
 
+def shown(path) -> str:
+    """`path` as a log line shows it: relative to the working dir when inside it (a study's
+    logs then name no machine's paths), else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def config_path(run_dir) -> Path:
     """``<run_dir>/config.yaml``."""
     return Path(run_dir) / CONFIG_FILE

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from gdpo_nemo.runs.rundir import shown
+
 BUILTIN_PREFIX = "builtin:"
 SMOLLM2 = "smollm2-135m"
 TINY = "tiny"
@@ -67,15 +69,6 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "gdpo_nemo"
 
 
-def shown(path: Path) -> str:
-    """`path` as a log line shows it: relative to the working dir when inside it (a study's
-    logs then name no machine's paths), else as it is."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def is_builtin(model_name: str) -> bool:
     return isinstance(model_name, str) and model_name.startswith(BUILTIN_PREFIX)
 
@@ -103,6 +96,12 @@ def load_policy(model_name: str, *, seed: int = 0, log=print):
         return build_tiny_model(seed)
     path = smollm2_checkpoint(log=log) if model_name == BUILTIN_PREFIX + SMOLLM2 else model_name
     return load_pretrained(path)
+
+
+def base_seed(model_name: str, seed: int) -> int | None:
+    """The seed a model's starting weights are drawn from (``builtin:tiny``'s random
+    initialisation), None for models read from files (the same weights whatever the seed)."""
+    return seed if model_name == BUILTIN_PREFIX + TINY else None
 
 
 def load_pretrained(path) -> tuple:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs.rundir import shown
 
 # Toy sizes of --smoke: every run of the experiment on the tiny model, CPU, fp32, seconds each.
 SMOKE_OVERRIDES = (
@@ -190,8 +191,10 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
         shares[index % jobs] += [str(path.relative_to(out)) for path in group]
     preparing = [subprocess.Popen([python, "-m", COMMAND_MODULE, "--prepare", *share], cwd=out, env=env)
                  for share in shares if share]
-    if [process.wait() for process in preparing].count(0) != len(preparing):
-        log("preparation failed (its output is above); no run started")
+    codes = [process.wait() for process in preparing]
+    if codes.count(0) != len(codes):
+        log(f"preparation failed (exit {', '.join(map(str, codes))}; a negative one is the signal that killed it,"
+            " -9 often the out-of-memory killer; its output is above); no run started")
         return pending
     # Runs side by side on one GPU: let each process's allocator give back what it frees.
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -207,7 +210,7 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
                            "--run-dir", str(run.run_dir.relative_to(out)), "--resume"]
                 running[run] = (subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=out),
                                 time.monotonic())
-            log(f"started {run.name} (log {run.log_path})")
+            log(f"started {run.name} (log {shown(run.log_path)})")
         time.sleep(0.5)
         for run, (process, started) in list(running.items()):
             if process.poll() is None:
@@ -219,5 +222,5 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
                 log(f"finished {run.name} in {seconds:.0f} s ({finished}/{len(pending)})")
             else:
                 failed.append(run)
-                log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {run.log_path}")
+                log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {shown(run.log_path)}")
     return failed

@@ -195,7 +195,7 @@ def load_initial_policy(config: dict, log=print):
     """The starting policy `(model, tokenizer, start_weights)`: `policy.model_name`,
     warm-started first when `gdpo.local.warm_start.enabled` (cached; see warm_start.py);
     `start_weights` = where the weights came from and their digest (runs/provenance.py)."""
-    from gdpo_nemo.engines.local.models import load_policy, prepare_tokenizer
+    from gdpo_nemo.engines.local.models import base_seed, load_policy, prepare_tokenizer
     from gdpo_nemo.runs.provenance import state_digest
 
     seed = config["grpo"]["seed"]
@@ -207,7 +207,8 @@ def load_initial_policy(config: dict, log=print):
     else:
         model, tokenizer = load_policy(policy["model_name"], seed=seed, log=log)
         digest = state_digest(model)
-        start_weights = {"source": policy["model_name"], "digest": digest, "base_digest": digest}
+        start_weights = {"source": policy["model_name"], "digest": digest, "base_digest": digest,
+                         "base_seed": base_seed(policy["model_name"], seed)}
     if policy["tokenizer"]["name"] not in (None, policy["model_name"]):
         from transformers import AutoTokenizer
 

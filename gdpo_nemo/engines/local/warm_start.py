@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from gdpo_nemo.engines.local.device import autocast, make_deterministic, resolve_device, torch_threads
-from gdpo_nemo.engines.local.models import cache_dir, load_policy, load_pretrained, save_folder, shown
+from gdpo_nemo.engines.local.models import base_seed, cache_dir, load_policy, load_pretrained, save_folder, shown
 from gdpo_nemo.runs import provenance
 
 # The record a warm start keeps beside its weights.
@@ -119,7 +119,8 @@ def load_warm_start(config: dict, log=print) -> tuple:
     model, tokenizer = load_pretrained(path)
     record = provenance.check_cached(path, RECORD, warm_start_expected(config), model=model)
     return model, tokenizer, {"source": f"warm_start/{path.name}", "digest": record["digest"],
-                              "base_digest": record["base_digest"]}
+                              "base_digest": record["base_digest"],
+                              "base_seed": base_seed(config["policy"]["model_name"], config["grpo"]["seed"])}
 
 
 def demonstration_batch(tokenizer, examples, demonstrations, *, chat_template_kwargs=None):
