@@ -18,6 +18,7 @@ import pytest
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
+from gdpo_nemo.runs import provenance, rundir
 from gdpo_nemo.runs.rundir import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,14 +70,38 @@ def test_the_runner_runs_a_study_seed_by_seed_so_an_interrupted_study_leaves_who
     assert sorted(p.name for p in (tmp_path / "configs").iterdir()) == sorted(f"{name}.yaml" for name in names)
 
 
-def test_the_committed_study_holds_every_run_finished_without_checkpoints():
-    runs = sorted(p for p in (STUDY / "runs").iterdir() if p.is_dir())
-    assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in range(5))
+def committed_runs() -> list[Path]:
+    return sorted(p for p in (STUDY / "runs").iterdir() if p.is_dir()) if (STUDY / "runs").is_dir() else []
+
+
+def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_provenance():
+    """The study is committed seed pair by seed pair as it finishes (it may take several
+    sittings): every committed run is finished, both methods of each seed are there, and all
+    of them ran the same clean code, libraries and numerics, each pair from one warm start."""
+    runs = committed_runs()
+    seeds = sorted({int(p.name.rsplit("seed", 1)[1]) for p in runs})
+    assert len(seeds) >= 3, "the study's first seed pairs are committed"
+    assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in seeds)
+    tracked = subprocess.run(["git", "ls-files", str(STUDY)], cwd=REPO, capture_output=True, text=True).stdout
+    assert "/checkpoints/" not in tracked and "/.cache/" not in tracked
+    firsts = {}
     for run in runs:
         steps = [r["step"] for r in read_metrics(run) if "train/reward" in r]
         assert steps == list(range(1, 31)), run.name
-        assert (run / "DONE").is_file() and not (run / "checkpoints").exists()
+        assert rundir.is_done(run)
         assert any("validation/reward/correctness" in r for r in read_metrics(run))
+        (first, *resumes) = provenance.read(run)
+        assert provenance.differences([first, *resumes], ["start", *map(str, resumes)],
+                                      (*provenance.NUMBER_FIELDS, "start_weights")) == [], run.name
+        assert first["code"]["dirty"] is False and first["numerics"]["threads"] == 1
+        firsts[run.name] = first
+    assert provenance.differences(list(firsts.values()), list(firsts), provenance.NUMBER_FIELDS) == []
+    for seed in seeds:
+        pair = [firsts[f"cpu_study__gsm8k__smollm2-135m__{a}__seed{seed}"]["start_weights"] for a in ("grpo", "gdpo")]
+        assert pair[0] == pair[1]
+    for path in [*STUDY.rglob("*.yaml"), *STUDY.rglob("*.log"), *STUDY.rglob("*.json")]:
+        for machine in ("/work/", "/root/", "/home/", "/tmp/"):
+            assert machine not in path.read_text(), f"{path} names {machine}"
 
 
 @pytest.mark.parametrize("table", ["training_summary", "paired"])

@@ -104,7 +104,7 @@ def test_the_report_names_runs_whose_provenance_differs_in_what_changes_numbers(
 
     (runs["grpo1"] / provenance.FILE).unlink()  # a run dir from before provenance existed
     problems = run_report(copy, tmp_path / "missing")
-    assert "**no_provenance** (1)" in problems and "`cpu_study__gsm8k__tiny__grpo__seed1`: its run dir has no provenance.json" in problems
+    assert "**no_provenance** (1)" in problems and "`cpu_study__gsm8k__tiny__grpo__seed1`: its run dir has no provenance.json, unlike" in problems
 
 
 def test_a_resumed_run_adds_an_invocation_and_keeps_its_provenance(tmp_path):

@@ -236,7 +236,8 @@ def provenance_problems(run_ids: list[RunId], records: list, expected: list[bool
     """Problem rows for runs whose numbers may not be comparable (runs/provenance.py):
 
     - ``no_provenance``: a run dir without provenance.json (made by an older release, or
-      the file was lost): what its numbers depend on is unknown;
+      the file was lost) in a table whose other runs have one: what its numbers depend on
+      is unknown (a table of such runs only is not flagged run by run);
     - ``provenance_changed``: a run resumed under other code, libraries or numerics than it
       started with, or from other starting weights;
     - ``provenance_mismatch``: the runs of one table (experiment, task, model) differ in
@@ -247,11 +248,13 @@ def provenance_problems(run_ids: list[RunId], records: list, expected: list[bool
 
     rows: list[tuple[str, str, str]] = []
     firsts: dict[tuple, list[tuple[RunId, dict]]] = {}
+    known = {(r.experiment, r.task, r.model) for r, invocations in zip(run_ids, records) if invocations}
     for run_id, invocations, expects in zip(run_ids, records, expected):
         if not invocations:
-            if expects:
-                rows.append((run_id.name, "no_provenance", "its run dir has no provenance.json: the code, libraries,"
-                             " numerics and starting weights of its numbers are not known"))
+            if expects and (run_id.experiment, run_id.task, run_id.model) in known:
+                rows.append((run_id.name, "no_provenance", "its run dir has no provenance.json, unlike the runs it is"
+                             " compared with: the code, libraries, numerics and starting weights of its numbers are"
+                             " not known"))
             continue
         fields = (*provenance.NUMBER_FIELDS, "start_weights")
         changed = provenance.differences(invocations, [f"invocation {i + 1}" for i in range(len(invocations))], fields)
