@@ -114,3 +114,49 @@ def test_the_committed_report_is_what_the_report_computes_from_the_committed_run
     committed = pd.read_csv(STUDY / "report" / "tables" / f"{table}.csv")
     pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
     assert (tmp_path / "tables" / f"{table}.md").read_text() == (STUDY / "report" / "tables" / f"{table}.md").read_text()
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """PIDs of the processes whose working dir is `folder` (the runner's runs run there)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == folder:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_stopped_runner_stops_its_runs_and_the_same_command_finishes_them(tmp_path):
+    """SIGTERM to the study runner (kill, a scheduler's stop) ends the runs it started, so
+    none goes on writing into the study after its runner is gone; rerunning resumes them."""
+    import signal
+    import time
+
+    out = tmp_path / "study"
+    command = [sys.executable, "-m", "gdpo_nemo.commands.local_parallel", "cpu_study", "--smoke", "--jobs", "2",
+               "--only", "seed=0", "--out", str(out), "grpo.max_num_steps=60"]
+    env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
+    runner = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(
+                any(r.get("step", 0) >= 2 for r in read_metrics(run)) for run in (out / "runs").glob("*")):
+            time.sleep(0.5)
+        assert len(_processes_in(out)) == 2, "both runs are running"
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+        assert _processes_in(out) == []
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL) if runner.poll() is None else None
+    steps = {run.name: len(read_metrics(run)) for run in (out / "runs").iterdir()}
+    time.sleep(2)
+    assert {run.name: len(read_metrics(run)) for run in (out / "runs").iterdir()} == steps  # nothing writes on
+    assert all(not rundir.is_done(out / "runs" / name) for name in steps)
+    done = subprocess.run([*command[:-1], "grpo.max_num_steps=60"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert all(rundir.is_done(run) for run in (out / "runs").iterdir())

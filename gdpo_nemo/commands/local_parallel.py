@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
     print(f"{len(runs)} run(s) of {args.experiment} into {shown(out)}, {args.jobs} at a time, "
           f"{threads} CPU thread(s) each unless the experiment pins gdpo.local.num_threads")
     started = time.monotonic()
+    # SIGTERM (kill, a scheduler's stop) ends the runs too: run_all stops its children on exit.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     failed = parallel.run_all(runs, args.jobs, out=out)
     print(f"{len(runs) - len(failed)} of {len(runs)} run(s) finished; {time.monotonic() - started:.0f} s")
     if failed:

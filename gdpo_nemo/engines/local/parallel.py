@@ -153,6 +153,34 @@ def prepare_shared(config_paths, log=print) -> None:
             load_policy(model, seed=config["grpo"]["seed"], log=log)  # converts once, then cached
 
 
+class _Children:
+    """The processes run_all started; any still running when run_all leaves (an exception, a
+    SIGTERM turned into SystemExit by the command, Ctrl-C) get SIGTERM, then SIGKILL after
+    30 s: no run goes on writing after its runner is gone (a rerun resumes it)."""
+
+    def __init__(self):
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self, *args, **kwargs) -> subprocess.Popen:
+        process = subprocess.Popen(*args, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def __enter__(self) -> "_Children":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        alive = [p for p in self.processes if p.poll() is None]
+        for process in alive:
+            process.terminate()
+        for process in alive:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def shared_groups(config_paths) -> dict[str, list[Path]]:
     """The run configs grouped by what they share before they start: the warm-start's key,
     else the model's name."""
@@ -189,38 +217,39 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
     shares: list[list[str]] = [[] for _ in range(jobs)]
     for index, group in enumerate(shared_groups([run.config_path for run in pending]).values()):
         shares[index % jobs] += [str(path.relative_to(out)) for path in group]
-    preparing = [subprocess.Popen([python, "-m", COMMAND_MODULE, "--prepare", *share], cwd=out, env=env)
-                 for share in shares if share]
-    codes = [process.wait() for process in preparing]
-    if codes.count(0) != len(codes):
-        log(f"preparation failed (exit {', '.join(map(str, codes))}; a negative one is the signal that killed it,"
-            " -9 often the out-of-memory killer; its output is above); no run started")
-        return pending
-    # Runs side by side on one GPU: let each process's allocator give back what it frees.
-    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    running: dict = {}
-    failed, finished = [], 0
-    queue = list(pending)
-    while queue or running:
-        while queue and len(running) < jobs:
-            run = queue.pop(0)
-            run.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(run.log_path, "ab") as output:
-                command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path.relative_to(out)),
-                           "--run-dir", str(run.run_dir.relative_to(out)), "--resume"]
-                running[run] = (subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=out),
-                                time.monotonic())
-            log(f"started {run.name} (log {shown(run.log_path)})")
-        time.sleep(0.5)
-        for run, (process, started) in list(running.items()):
-            if process.poll() is None:
-                continue
-            del running[run]
-            seconds = time.monotonic() - started
-            if process.returncode == 0 and run.finished:
-                finished += 1
-                log(f"finished {run.name} in {seconds:.0f} s ({finished}/{len(pending)})")
-            else:
-                failed.append(run)
-                log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {shown(run.log_path)}")
-    return failed
+    with _Children() as children:
+        preparing = [children.start([python, "-m", COMMAND_MODULE, "--prepare", *share], cwd=out, env=env)
+                     for share in shares if share]
+        codes = [process.wait() for process in preparing]
+        if codes.count(0) != len(codes):
+            log(f"preparation failed (exit {', '.join(map(str, codes))}; a negative one is the signal that killed it,"
+                " -9 often the out-of-memory killer; its output is above); no run started")
+            return pending
+        # Runs side by side on one GPU: let each process's allocator give back what it frees.
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        running: dict = {}
+        failed, finished = [], 0
+        queue = list(pending)
+        while queue or running:
+            while queue and len(running) < jobs:
+                run = queue.pop(0)
+                run.log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(run.log_path, "ab") as output:
+                    command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path.relative_to(out)),
+                               "--run-dir", str(run.run_dir.relative_to(out)), "--resume"]
+                    running[run] = (children.start(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=out),
+                                    time.monotonic())
+                log(f"started {run.name} (log {shown(run.log_path)})")
+            time.sleep(0.5)
+            for run, (process, started) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[run]
+                seconds = time.monotonic() - started
+                if process.returncode == 0 and run.finished:
+                    finished += 1
+                    log(f"finished {run.name} in {seconds:.0f} s ({finished}/{len(pending)})")
+                else:
+                    failed.append(run)
+                    log(f"FAILED {run.name} (exit {process.returncode}) after {seconds:.0f} s: see {shown(run.log_path)}")
+        return failed
