@@ -64,7 +64,7 @@ from gdpo_nemo.rewards.base import RewardDataError
 from gdpo_nemo.rewards.code_asserts import parse_assertion
 from gdpo_nemo.rewards.length import length_reward
 from gdpo_nemo.sandbox import Case, ExecResult, Limits, SandboxPool, shared_pool
-from gdpo_nemo.sandbox.values import decode_values
+from gdpo_nemo.sandbox.values import HostileValue, decode_values
 
 CODE_RANGES = {"pass": (0.0, 1.0), "bug": (0.0, 1.0), "length": (0.0, 1.0)}
 PYTHON_FENCE_TAGS = ("python", "python3", "py")
@@ -125,6 +125,26 @@ def extract_program(completion: str) -> str | None:
     return chosen
 
 
+def output_matches(text: str, expected: list[str]) -> bool:
+    """Whether `normalize_output(text) == expected`, without building the list: the program's
+    output is walked line by line, so judging it holds one line at a time (an 8 MiB output of
+    2-character lines would otherwise cost the harness about 33 times its size)."""
+    count, position, end = len(expected), 0, len(text)
+    index = 0
+    while position <= end:
+        cut = text.find("\n", position)
+        cut = end if cut < 0 else cut
+        line = text[position:cut].rstrip()
+        if index < count:
+            if line != expected[index]:
+                return False
+        elif line:
+            return False  # more non-empty output than expected
+        index += 1
+        position = cut + 1
+    return index >= count
+
+
 def normalize_output(text: str) -> list[str]:
     """Lines of `text` with trailing whitespace removed and trailing empty lines dropped:
     what stdout comparison compares."""
@@ -153,12 +173,27 @@ class TestCase:
 
     def passed(self, result: ExecResult) -> bool:
         """Whether `result` (the program's run on this case) passes it. Never raises."""
+        return self.verdict(result)[0]
+
+    def verdict(self, result: ExecResult) -> tuple[bool, bool]:
+        """(passed, ran cleanly): whether `result` passes this case, and whether the program
+        ran without error and sent back nothing built against the judge (values with
+        colliding hashes, `sandbox.values.HostileValue`). Never raises."""
         if result.status != "ok":
-            return False
+            return False, result.ok
+        if self.case.kind == "eval":
+            try:
+                values = decode_values(result.value, len(self.case.evaluate))
+            except HostileValue:
+                return False, False
+            except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
+                return False, result.ok
+            return self.expected.judge(values), result.ok
+        return self._passed(result), result.ok
+
+    def _passed(self, result: ExecResult) -> bool:
         kind = self.case.kind
         try:
-            if kind == "eval":
-                return self.expected.judge(decode_values(result.value, len(self.case.evaluate)))
             if kind == "call":
                 if result.value is None:
                     return False
@@ -171,7 +206,7 @@ class TestCase:
                 return self.rule == "apps" and isinstance(expected, list) and len(expected) == 1 and value == expected[0]
         except (ValueError, TypeError, RecursionError, MemoryError, OverflowError):
             return False
-        return not result.stdout_truncated and normalize_output(result.stdout) == self.expected
+        return not result.stdout_truncated and output_matches(result.stdout, self.expected)
 
 
 def _text(value: object, what: str, final_newline: bool) -> str:
@@ -336,7 +371,7 @@ def score_code_batch(
     def judge(job: int, index: int, result: ExecResult) -> tuple[bool, bool]:
         # Each case is judged as its result arrives and its output dropped: the harness never
         # holds a batch's outputs (8 MiB per case allowed) until the batch is done.
-        return parsed[runnable[job]][index].passed(result), result.ok
+        return parsed[runnable[job]][index].verdict(result)
 
     results = pool.run_many(
         [(programs[row], [test.case for test in parsed[row]]) for row in runnable], limits,

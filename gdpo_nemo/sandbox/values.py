@@ -15,9 +15,45 @@ import json
 
 MAX_DEPTH = 200  # nesting followed when decoding (the driver encodes at most this deep)
 _SEQUENCES = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+# Unequal members of one container that share a hash value, per bucket and per decoded case.
+# Legitimate values have a handful (-1 and -2 share CPython's hash); a set or dict built from
+# n colliding values costs the harness n^2/2 comparisons with the GIL held (100,000 ints that
+# all hash to 0: 102 s), so values past these budgets are refused before anything is built.
+MAX_BUCKET_COLLISIONS = 8
+MAX_CASE_COLLISIONS = 1024
 
 
-def _decode(item: object, depth: int) -> object:
+class HostileValue(ValueError):
+    """A decoded value built to make the harness's hashing quadratic (colliding hashes)."""
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.collisions = 0
+
+    def check(self, members: list) -> None:
+        """Count the unequal members of one container that share a hash (linear: each member
+        is compared only with the few distinct values already in its hash's bucket)."""
+        if len(members) < 2:
+            return
+        buckets: dict[int, list] = {}
+        for member in members:
+            try:
+                key = hash(member)
+            except TypeError:  # unhashable members (lists) are never hashed by the judge either
+                continue
+            bucket = buckets.setdefault(key, [])
+            if any(type(member) is type(seen) and member == seen for seen in bucket):
+                continue
+            bucket.append(member)
+            if len(bucket) > 1:
+                self.collisions += 1
+                if len(bucket) > MAX_BUCKET_COLLISIONS or self.collisions > MAX_CASE_COLLISIONS:
+                    raise HostileValue(f"{self.collisions} unequal values with colliding hashes (hash {key}): refused"
+                                       " (a set of them would cost the harness quadratic time)")
+
+
+def _decode(item: object, depth: int, budget: _Budget) -> object:
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply")
     if item is None or isinstance(item, (bool, int, float, str)):
@@ -26,15 +62,20 @@ def _decode(item: object, depth: int) -> object:
         raise ValueError(f"not an encoded value: {str(item)[:80]!r}")
     kind, body = item
     if kind in _SEQUENCES and isinstance(body, list):
+        members = [_decode(member, depth + 1, budget) for member in body]
+        # Lists too: the judge may build a set of them (`set(f(x)) == {...}`).
+        budget.check(members)
         # set()/frozenset() raise TypeError for unhashable members (lists in a set): a
         # program's encoder made that up.
-        return _SEQUENCES[kind](_decode(member, depth + 1) for member in body)
+        return members if kind == "list" else _SEQUENCES[kind](members)
     if kind == "dict" and isinstance(body, list):
         pairs = []
         for pair in body:
             if not (isinstance(pair, list) and len(pair) == 2):
                 raise ValueError("a dict item must be a [key, value] pair")
-            pairs.append((_decode(pair[0], depth + 1), _decode(pair[1], depth + 1)))
+            pairs.append((_decode(pair[0], depth + 1, budget), _decode(pair[1], depth + 1, budget)))
+        budget.check([key for key, _ in pairs])
+        budget.check([value for _, value in pairs])
         return dict(pairs)
     if kind == "bytes" and isinstance(body, str):
         return body.encode("latin-1")
@@ -49,7 +90,9 @@ def decode_values(text: str | None, count: int) -> list:
     """The `count` values of one "eval" case from `ExecResult.value`.
 
     Raises ValueError when the text is missing, not JSON, not `count` encoded values, nested
-    deeper than MAX_DEPTH, or holds an unhashable member of a set or dict key.
+    deeper than MAX_DEPTH, or holds an unhashable member of a set or dict key; HostileValue
+    (a ValueError) when its containers hold more unequal values with colliding hashes than
+    MAX_BUCKET_COLLISIONS in one bucket or MAX_CASE_COLLISIONS in all.
     """
     if text is None:
         raise ValueError("no value came back")
@@ -60,6 +103,9 @@ def decode_values(text: str | None, count: int) -> list:
     if not isinstance(items, list) or len(items) != count:
         raise ValueError(f"expected a list of {count} encoded values")
     try:
-        return [_decode(item, 0) for item in items]
+        budget = _Budget()
+        decoded = [_decode(item, 0, budget) for item in items]
+        budget.check(decoded)
+        return decoded
     except (TypeError, RecursionError, OverflowError) as err:
         raise ValueError(f"cannot decode a value ({type(err).__name__}: {err})") from None

@@ -1,0 +1,85 @@
+"""Reward integrity, round 3 (issue 35): judging is bounded whatever a program returns.
+
+Real hostile programs run in the bubblewrap sandbox and are scored by the real code reward:
+- values built to collide in the harness's hashing (class 3): 100,000 ints that all hash to
+  0 turned into a set cost the harness 102 s with the GIL held; they are refused before
+  anything is built, and the program that sent them is a bug;
+- an output of many short lines (class 6): the harness walks it line by line instead of
+  holding a list of its lines (33 times its size before).
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from sandbox_support import SMALL, needs_bwrap, sandbox  # noqa: F401  (fixtures)
+
+from gdpo_nemo.rewards.code import score_code_batch
+from gdpo_nemo.sandbox import Limits, SandboxPool
+from gdpo_nemo.sandbox.values import MAX_BUCKET_COLLISIONS, HostileValue, decode_values
+
+pytestmark = needs_bwrap
+
+MERSENNE = 2**61 - 1  # CPython's int hash is the value modulo this prime: every multiple hashes to 0
+
+
+def fenced(source: str) -> str:
+    return f"Solution:\n```python\n{source}\n```\n"
+
+
+COLLIDING = fenced(f"def pairs(n):\n    return {{k * {MERSENNE} for k in range(20000)}}\n")
+COLLIDING_LIST = fenced(f"def pairs(n):\n    return [k * {MERSENNE} for k in range(20000)]\n")
+HONEST_BIG = fenced("def pairs(n):\n    return set(range(20000))\n")
+
+
+def test_values_with_colliding_hashes_are_refused_and_their_program_is_a_bug(sandbox):
+    # Room for 20,000 values of 20 digits (SMALL's output limit would refuse them as too big).
+    limits = Limits(cpu_seconds=2, wall_seconds=10, memory_bytes=256 << 20, max_processes=8,
+                    max_output_bytes=4 << 20, tmp_bytes=SMALL.tmp_bytes)
+    tests = [["assert len(pairs(1)) == 20000"], ["assert len(set(pairs(1))) == 20000"],
+             ["assert len(pairs(1)) == 20000"]]
+    with SandboxPool(workers=2, sandbox=sandbox, limits=limits) as workers:
+        scores = score_code_batch([COLLIDING, COLLIDING_LIST, HONEST_BIG], tests, components=["pass", "bug"],
+                                  limits=limits, pool=workers)
+    # The last release built these sets (6.7 s of harness CPU for the two at 20,000 values,
+    # 102 s for one at 100,000) and gave both pass=1, bug=1. Refused before anything is built.
+    assert scores == {"pass": [0.0, 0.0, 1.0], "bug": [0.0, 0.0, 1.0]}
+
+
+def test_the_collision_budget_is_linear_and_lets_ordinary_values_through():
+    import json
+
+    # A bucket of more than MAX_BUCKET_COLLISIONS unequal values is refused, however they nest.
+    hostile = [["tuple", [["frozenset", [k * MERSENNE for k in range(MAX_BUCKET_COLLISIONS + 1)]]]]]
+    try:
+        decode_values(json.dumps(hostile), 1)
+    except HostileValue as err:
+        assert "colliding hashes" in str(err)
+    else:
+        raise AssertionError("colliding frozenset accepted")
+    # Equal values, CPython's own -1/-2 collision and 1 == 1.0 == True are ordinary values.
+    ordinary = [["list", [0] * 50000], ["set", [-1, -2, 3]], ["list", [1, 1.0, True, -1, -2]],
+                ["dict", [[k, k % 7] for k in range(50000)]]]
+    decoded = decode_values(json.dumps(ordinary), 4)
+    assert decoded[1] == {-1, -2, 3} and len(decoded[3]) == 50000
+
+
+def test_an_output_of_short_lines_is_judged_without_holding_its_lines(sandbox):
+    size = 8 << 20
+    flood = fenced(f"import sys\nsys.stdout.write('a\\n' * {size // 2})\n")
+    honest = fenced("print(input())")
+    limits = Limits(max_output_bytes=size + 1024, cpu_seconds=4, wall_seconds=20, memory_bytes=256 << 20)
+    tests = [{"inputs": ["1\n"], "outputs": ["b\n"]}]
+    with SandboxPool(workers=1, sandbox=sandbox, limits=limits) as workers:
+        tracemalloc.start()
+        try:
+            scores = score_code_batch([flood], tests, components=["pass", "bug"], limits=limits, pool=workers)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert score_code_batch([honest], [{"inputs": ["7\n"], "outputs": ["7\n"]}], components=["pass"],
+                                limits=limits, pool=workers) == {"pass": [1.0]}
+    assert scores == {"pass": [0.0], "bug": [1.0]}  # a wrong answer, not a crash
+    # The program's output costs a few copies of itself (its bytes and its text), not the 33
+    # that a list of its 4 million lines took.
+    assert peak < 5 * size, f"peak {peak >> 20} MiB"
