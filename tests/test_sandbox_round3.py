@@ -11,6 +11,7 @@ Real hostile programs run in the bubblewrap sandbox and are scored by the real c
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 from sandbox_support import SMALL, needs_bwrap, sandbox  # noqa: F401  (fixtures)
 
@@ -83,3 +84,26 @@ def test_an_output_of_short_lines_is_judged_without_holding_its_lines(sandbox):
     # The program's output costs a few copies of itself (its bytes and its text), not the 33
     # that a list of its 4 million lines took.
     assert peak < 5 * size, f"peak {peak >> 20} MiB"
+
+
+def test_settling_the_pid_counter_ends_when_the_counter_would_wrap():
+    """Class 7 (latent here: this kernel gives the sandbox its own pid_max): a target past
+    pid_max cannot be reached by forking, so the driver retires the sandbox at once instead of
+    forking until the job's deadline (hours for a large test set)."""
+    import subprocess
+    import sys
+
+    from gdpo_nemo.sandbox import __file__ as package
+
+    # The driver is a script that runs itself when loaded: its functions without that last call.
+    source = (Path(package).parent / "_driver.py").read_text()
+    assert source.rstrip().endswith("\nmain()")
+    script = (
+        source.rstrip()[: -len("main()")]
+        + "\ntop = _pid_max()\n"
+        + "print(_settle_pid_counter(top - 2, 5), _settle_pid_counter(_last_pid() + 10, 0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Past pid_max: retired. A counter already below its start (it wrapped): retired.
+    assert done.stdout.split() == ["False", "False"]

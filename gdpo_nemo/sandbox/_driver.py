@@ -643,21 +643,42 @@ def _last_pid():
         return int(handle.read().split()[-1])
 
 
+def _pid_max():
+    """The largest PID the counter hands out before it wraps (the host's before Linux 6.14,
+    the PID namespace's own after)."""
+    try:
+        with open("/proc/sys/kernel/pid_max", "rb") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 1 << 22  # the kernel's ceiling (PID_MAX_LIMIT on 64-bit)
+
+
 def _settle_pid_counter(start, cases):
     """Leave the PID counter where `cases` case processes alone would have left it, so the
     next program in this sandbox cannot learn from its own PIDs what an earlier one did.
 
     Each case forks exactly one process; a case the driver skipped (compile error, stop after
     a timeout) is made up with a process that exits at once. A program that made processes or
-    threads of its own moved the counter past that: the sandbox then retires (False).
+    threads of its own moved the counter past that: the sandbox then retires (False). So does
+    a counter that wrapped (it went below `start`, or `start + cases` lies past pid_max): the
+    target cannot be reached by forking, and the loop would otherwise never end.
     """
     target = start + cases
-    while _last_pid() < target:
+    if target >= _pid_max():
+        return False
+    last = _last_pid()
+    while last < target:
+        if last < start:
+            return False  # wrapped
         pid = os.fork()
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    return _last_pid() == target
+        now = _last_pid()
+        if now <= last:
+            return False  # wrapped (or the counter stood still)
+        last = now
+    return last == target
 
 
 class _Payload:
