@@ -16,7 +16,7 @@ from pathlib import Path
 from sandbox_support import SMALL, needs_bwrap, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
-from gdpo_nemo.sandbox import Limits, SandboxPool
+from gdpo_nemo.sandbox import Case, Limits, SandboxPool
 from gdpo_nemo.sandbox.values import MAX_BUCKET_COLLISIONS, HostileValue, decode_values
 
 pytestmark = needs_bwrap
@@ -107,3 +107,44 @@ def test_settling_the_pid_counter_ends_when_the_counter_would_wrap():
     assert done.returncode == 0, done.stderr[-2000:]
     # Past pid_max: retired. A counter already below its start (it wrapped): retired.
     assert done.stdout.split() == ["False", "False"]
+
+
+FUTEX_PROBE = r"""
+import ctypes, errno, mmap, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_futex = {"x86_64": 202, "aarch64": 98}[os.uname().machine]
+fd = os.open("/usr/bin/env", os.O_RDONLY)  # the host's inode, the same in every sandbox
+shared = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ)
+word = ctypes.c_uint32.from_buffer_copy(shared[:4]).value
+address = None
+# The shared mapping's address: ctypes cannot take it from a read-only mmap, so ask /proc.
+for line in open("/proc/self/maps"):
+    if line.rstrip().endswith("/usr/bin/env") and " r--s " in line:
+        address = int(line.split("-")[0], 16)
+timeout = (ctypes.c_long * 2)(0, 50_000_000)
+def futex(op, value, tp=None):
+    result = libc.syscall(SYS_futex, ctypes.c_void_p(address), op, value, tp, None, 0)
+    return result if result >= 0 else -ctypes.get_errno()
+wait_shared = futex(0, word, ctypes.byref(timeout))          # FUTEX_WAIT
+wake_shared = futex(1, 1)                                      # FUTEX_WAKE
+private = ctypes.c_uint32(0)
+wake_private = libc.syscall(SYS_futex, ctypes.byref(private), 1 | 128, 1, None, None, 0)  # FUTEX_WAKE_PRIVATE
+done = []
+thread = threading.Thread(target=done.append, args=(1,)); thread.start(); thread.join()
+print(wait_shared, wake_shared, wake_private, done)
+"""
+
+
+def test_a_shared_futex_on_a_system_file_is_refused_and_private_ones_work(sandbox):
+    """Class 1: a correct program parked futex waiters on a word of a read-only shared
+    mapping of a file under /usr; programs in concurrent sandboxes woke them (the wake's count
+    is the bit) and read its answers. Shared futex ops are refused now; threads still work."""
+    import errno
+
+    [result] = sandbox.run_cases(FUTEX_PROBE, [Case()], Limits(cpu_seconds=2, wall_seconds=10, memory_bytes=256 << 20,
+                                                                max_processes=8, tmp_bytes=SMALL.tmp_bytes))
+    assert result.status == "ok", result.stderr[-2000:]
+    wait_shared, wake_shared, wake_private, threads = result.stdout.split(maxsplit=3)
+    # The last release: the wait timed out (-ETIMEDOUT) and the wake counted its waiters (0).
+    assert (int(wait_shared), int(wake_shared)) == (-errno.EPERM, -errno.EPERM)
+    assert int(wake_private) == 0 and threads.strip() == "[1]"

@@ -50,6 +50,12 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
   an rlimit nor a cgroup bounds; a program could make the harness's own AIO fail.
 - `clone3` (ENOSYS: its flags sit behind a pointer the filter cannot read; the C library
   then falls back to `clone`).
+- shared futexes (issue 35): `futex` ops without FUTEX_PRIVATE_FLAG (a shared futex is keyed
+  by inode and offset, so waiters parked on a read-only shared mapping of a file under /usr
+  can be woken, and counted, from another sandbox), and the futex2 calls `futex_waitv`,
+  `futex_wait`, `futex_wake`, `futex_requeue` (ENOSYS: their flags are behind pointers).
+  Threads, locks and condition variables of one process use private futexes and work;
+  process-shared semaphores (`multiprocessing` locks) do not.
 - sockets of any family but AF_UNIX, AF_INET and AF_INET6 (EAFNOSUPPORT): no netlink, no
   packet sockets.
 - any other ABI than the native one (ENOSYS): i386 calls from x86_64 (`int 0x80`) and x32.
@@ -68,6 +74,7 @@ _NR, _ARCH, _ARGS = 0, 4, 16
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
 _JGE_K = 0x35
+_JSET_K = 0x45  # jump if (A & k) != 0
 _RET_K = 0x06
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
@@ -78,8 +85,16 @@ _COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438,
     "pidfd_send_signal": 424, "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
-    "file_setattr": 469,
+    "file_setattr": 469, "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456,
 }
+# futex(2) ops must carry FUTEX_PRIVATE_FLAG: a shared futex is keyed by the file's inode and
+# offset, so waiters on a read-only shared mapping of a system file would be a channel
+# between concurrent sandboxes (issue 35, class 1).
+FUTEX_PRIVATE_FLAG = 128
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+# The futex2 calls carry their flags behind pointers or per waiter: refused (ENOSYS; no C
+# library needs them yet).
+_FUTEX2 = ("futex_waitv", "futex_wake", "futex_wait", "futex_requeue")
 # Calls allowed only in the forms that act on the caller itself (see the module docstring).
 _CONDITIONAL_COMMON: dict[str, int] = {}
 _CONDITIONAL_X86_64 = {
@@ -144,7 +159,7 @@ MACHINES = {
     "x86_64": (0xC000003E, {**_X86_64, **_COMMON, **_CONDITIONAL_X86_64, **_SIGNALLING_X86_64, **_SIGNALLING_COMMON}, True),
     "aarch64": (0xC00000B7, {**_AARCH64, **_COMMON, **_CONDITIONAL_AARCH64, **_SIGNALLING_AARCH64, **_SIGNALLING_COMMON}, False),
 }
-REFUSED = tuple(name for name in _X86_64 if name != "socket") + tuple(n for n in _COMMON if n != "clone3")
+REFUSED = tuple(name for name in _X86_64 if name != "socket") + tuple(n for n in _COMMON if n != "clone3" and n not in _FUTEX2)
 CONDITIONAL = tuple(_CONDITIONAL_X86_64)
 
 
@@ -173,6 +188,8 @@ def filter_program(machine: str | None = None) -> bytes:
         code.append((_JGE_K, "ret_nosys", 0, _X32_BIT))
     code += [(_JEQ_K, "ret_perm", 0, number) for number in refused]
     code += [(_JEQ_K, "socket", 0, table["socket"]), (_JEQ_K, "ret_nosys", 0, table["clone3"])]
+    code += [(_JEQ_K, "ret_nosys", 0, table[name]) for name in _FUTEX2]
+    code.append((_JEQ_K, "futex", 0, _FUTEX[machine]))
     code.append((_JEQ_K, "fcntl", 0, table["fcntl"]))
     code.append((_JEQ_K, "kill", 0, table["kill"]))
     code += [(_JEQ_K, "not_guarded", 0, table[name]) for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")]
@@ -202,6 +219,10 @@ def filter_program(machine: str | None = None) -> bytes:
     blocks["kill"] = [
         (_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_JEQ_K, "ret_perm", 0, group),
         (_JEQ_K, "ret_perm", 0, 0xFFFF_FFFF), (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+    blocks["futex"] = [
+        (_LD_W_ABS, 0, 0, _ARGS + 8),  # args[1]: the op
+        (_JSET_K, "ret_allow", "ret_perm", FUTEX_PRIVATE_FLAG),
     ]
     blocks["setpgid"] = [(_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     blocks["not_guarded"] = [(_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
