@@ -148,3 +148,59 @@ def test_a_shared_futex_on_a_system_file_is_refused_and_private_ones_work(sandbo
     # The last release: the wait timed out (-ETIMEDOUT) and the wake counted its waiters (0).
     assert (int(wait_shared), int(wake_shared)) == (-errno.EPERM, -errno.EPERM)
     assert int(wake_private) == 0 and threads.strip() == "[1]"
+
+
+# --- class 2: namespace-wide state that outlives a program in a reused sandbox -------------
+
+MOVES_NET_COUNTERS = (
+    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "for _ in range(37):\n    s.sendto(b'x' * 100, ('127.0.0.1', 9))\ns.close()\n"
+)
+READS_NET_COUNTERS = "print(open('/proc/net/snmp').read().split('Udp:')[2].split()[3:5], open('/proc/net/dev').read().split('lo:')[1].split()[:2])"
+MOVES_AUTOGROUP = (
+    "import ctypes\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\n"  # PR_SET_DUMPABLE: /proc/self/autogroup is writable then
+    "open('/proc/self/autogroup', 'w').write('7')\n"
+)
+READS_AUTOGROUP = "print(open('/proc/self/autogroup').read().split()[-1])"
+MOVES_TMP_FLAGS = (
+    "import fcntl, os, struct\nfd = os.open('/tmp', os.O_RDONLY)\n"
+    "fcntl.ioctl(fd, 0x40086602, struct.pack('l', 0x40))\n"  # FS_IOC_SETFLAGS: nodump on /tmp itself
+)
+READS_TMP_FLAGS = (
+    "import fcntl, os, struct\nfd = os.open('/tmp', os.O_RDONLY)\n"
+    "print(struct.unpack('l', fcntl.ioctl(fd, 0x80086601, b'\\0' * 8))[0])"
+)
+
+
+def after(sandbox, earlier: str | None, reader: str) -> tuple[str, int, str]:
+    """What `reader` sees in a reused sandbox after `earlier` ran there (None: a fresh one),
+    how many sandboxes the worker started, and how `earlier` ended."""
+    from gdpo_nemo.sandbox.worker import SandboxWorker
+
+    kept = SandboxWorker(sandbox, SMALL.tmp_bytes)
+    try:
+        status = ""
+        if earlier is not None:
+            [ran] = kept.run_cases(earlier, [Case()], SMALL)
+            status = ran.status + ran.stderr[-300:]
+        [read] = kept.run_cases(reader, [Case()], SMALL)
+        return read.stdout, kept.started, status
+    finally:
+        kept.close()
+
+
+def test_state_a_program_moves_in_its_namespaces_never_reaches_the_next_program(sandbox):
+    """Class 2: loopback and UDP counters, the session's autogroup nice value and the inode
+    flags of /tmp survived the cleanup, so the sandbox was kept and every later program read
+    them (the carrier of a copied answer). Moved, they retire the sandbox now."""
+    for mover, reader in ((MOVES_NET_COUNTERS, READS_NET_COUNTERS), (MOVES_AUTOGROUP, READS_AUTOGROUP)):
+        fresh, _, _ = after(sandbox, None, reader)
+        seen, started, status = after(sandbox, mover, reader)
+        assert status.startswith("ok"), status
+        assert (seen, started) == (fresh, 2), mover
+    quiet = after(sandbox, "print(1)", READS_NET_COUNTERS)
+    assert quiet[1] == 1  # a program that moves nothing keeps its sandbox
+    fresh, _, _ = after(sandbox, None, READS_TMP_FLAGS)
+    seen, started, status = after(sandbox, MOVES_TMP_FLAGS, READS_TMP_FLAGS)
+    if status.startswith("ok"):  # tmpfs takes inode flags since Linux 6.0
+        assert (seen, started) == (fresh, 2)

@@ -636,6 +636,37 @@ def _leftovers():
     return _sockets_left()
 
 
+# Namespace-wide state a program can move without leaving a file, process or socket, and the
+# next program in this sandbox could read (issue 35, class 2): the network namespace's
+# counters (loopback bytes and packets, every protocol's counters) and the session's
+# autogroup (its nice value). Compared before and after each job: moved, the sandbox retires.
+NAMESPACE_STATE = ("/proc/net/dev", "/proc/net/snmp", "/proc/net/snmp6", "/proc/net/netstat", "/proc/self/autogroup")
+FS_IOC_GETFLAGS = 0x80086601
+
+
+def _namespace_state(work_dir):
+    """The bytes of NAMESPACE_STATE and the inode flags of `work_dir` (nodump, noatime, ...:
+    a program may set them on /tmp itself, and emptying /tmp keeps them)."""
+    import fcntl
+
+    state = []
+    for path in NAMESPACE_STATE:
+        try:
+            with open(path, "rb") as handle:
+                state.append(handle.read())
+        except OSError:
+            state.append(None)
+    try:
+        fd = os.open(work_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            state.append(fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 8))
+        finally:
+            os.close(fd)
+    except OSError:
+        state.append(None)
+    return state
+
+
 def _last_pid():
     """The PID most recently handed out in this PID namespace (the last field of
     /proc/loadavg, which the kernel reads from the reader's own PID namespace)."""
@@ -760,6 +791,7 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     # The job process was the last PID handed out, and its probe the last inode made in /tmp.
     first_pid = os.getpid() if pid_namespace else 0
     first_inode = _probe_inode(work_dir) if pid_namespace else None
+    first_state = _namespace_state(work_dir) if pid_namespace else None
     forked = 0
     for index, kind in enumerate(header["kinds"]):
         if stopped:
@@ -845,6 +877,8 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
         for _ in range(len(header["kinds"]) - forked):
             _probe_inode(work_dir)
         clean = first_inode is not None and _probe_inode(work_dir) == first_inode + len(header["kinds"]) + 1
+    if pid_namespace and clean:
+        clean = _namespace_state(work_dir) == first_state
     if pid_namespace and clean:
         clean = _settle_pid_counter(first_pid, len(header["kinds"]))
     _write_all(result_fd, b"DONE %d\n" % (0 if clean else 1))
