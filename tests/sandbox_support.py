@@ -33,6 +33,16 @@ def sandbox() -> Sandbox:
 
 
 @pytest.fixture(scope="session")
+def inet_sandbox() -> Sandbox:
+    """The bubblewrap sandbox with AF_INET/AF_INET6 allowed (`Sandbox(inet=True)`): what a
+    task whose tests need TCP or UDP gets; its network namespace is still its own."""
+    require(shutil.which("bwrap") is not None, "bubblewrap (Debian package `bubblewrap`), which CI installs")
+    box = Sandbox(backend="bwrap", inet=True)
+    assert box.active_backend == "bwrap"
+    return box
+
+
+@pytest.fixture(scope="session")
 def pool(sandbox: Sandbox):
     with SandboxPool(workers=4, sandbox=sandbox, limits=SMALL) as running:
         yield running

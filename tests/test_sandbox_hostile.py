@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from sandbox_support import SMALL, pool, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import SMALL, inet_sandbox, pool, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
 from gdpo_nemo.sandbox import Case
@@ -175,16 +175,20 @@ def test_a_long_sleep_stops_at_the_wall_clock_limit(sandbox):
     assert result.status == "timeout" and result.wall_s < SMALL.wall_seconds + 1
 
 
-def test_a_connection_to_the_hosts_loopback_is_refused_and_never_arrives(sandbox, listener):
+def test_a_connection_to_the_hosts_loopback_is_refused_and_never_arrives(sandbox, inet_sandbox, listener):
     port, connected = listener
-    result = sandbox.run_program(loopback_connection(port), "", SMALL)
+    # By default a program makes no TCP or UDP socket at all; with inet=True its network
+    # namespace has a loopback of its own, not the host's.
+    refused = sandbox.run_program(loopback_connection(port), "", SMALL)
+    assert refused.status == "error" and "Address family not supported" in refused.stderr
+    result = inet_sandbox.run_program(loopback_connection(port), "", SMALL)
     assert result.status == "error" and "ConnectionRefusedError" in result.stderr
     assert not connected()
 
 
 @pytest.mark.parametrize("source", [outside_connection(), outside_datagram()], ids=["tcp", "udp"])
-def test_traffic_to_an_outside_address_fails_at_once_with_no_route(sandbox, source):
-    result = sandbox.run_program(source, "", SMALL)
+def test_traffic_to_an_outside_address_fails_at_once_with_no_route(inet_sandbox, source):
+    result = inet_sandbox.run_program(source, "", SMALL)
     assert result.status == "error" and "Network is unreachable" in result.stderr
     assert result.wall_s < 1
 

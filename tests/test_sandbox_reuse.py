@@ -8,7 +8,7 @@ import os
 import signal
 
 import pytest
-from sandbox_support import SMALL, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import SMALL, inet_sandbox, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.sandbox import Case, Limits, SandboxPool, SandboxWorker
 from gdpo_nemo.sandbox.values import decode_values
@@ -60,7 +60,15 @@ def test_system_v_ipc_cannot_be_created_so_none_is_left_behind(worker):
     assert worker.started == 1
 
 
-def test_a_socket_left_in_time_wait_retires_the_sandbox(worker):
+def test_a_socket_left_in_time_wait_retires_the_sandbox(inet_sandbox):
+    worker = SandboxWorker(inet_sandbox, SMALL.tmp_bytes)  # TCP needs Sandbox(inet=True)
+    try:
+        _time_wait_retires(worker)
+    finally:
+        worker.close()
+
+
+def _time_wait_retires(worker):
     # The client closes first, so its side of the connection stays in TIME_WAIT for a minute.
     source = (
         "import socket\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen()\n"

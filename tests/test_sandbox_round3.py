@@ -13,7 +13,7 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from sandbox_support import SMALL, needs_bwrap, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import SMALL, inet_sandbox, needs_bwrap, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
 from gdpo_nemo.sandbox import Case, Limits, SandboxPool
@@ -189,18 +189,45 @@ def after(sandbox, earlier: str | None, reader: str) -> tuple[str, int, str]:
         kept.close()
 
 
-def test_state_a_program_moves_in_its_namespaces_never_reaches_the_next_program(sandbox):
+def test_state_a_program_moves_in_its_namespaces_never_reaches_the_next_program(sandbox, inet_sandbox):
     """Class 2: loopback and UDP counters, the session's autogroup nice value and the inode
     flags of /tmp survived the cleanup, so the sandbox was kept and every later program read
-    them (the carrier of a copied answer). Moved, they retire the sandbox now."""
-    for mover, reader in ((MOVES_NET_COUNTERS, READS_NET_COUNTERS), (MOVES_AUTOGROUP, READS_AUTOGROUP)):
-        fresh, _, _ = after(sandbox, None, reader)
-        seen, started, status = after(sandbox, mover, reader)
+    them (the carrier of a copied answer). Moved, they retire the sandbox now. (UDP needs a
+    Sandbox(inet=True); by default a program makes no such socket at all.)"""
+    for box, mover, reader in ((inet_sandbox, MOVES_NET_COUNTERS, READS_NET_COUNTERS),
+                               (sandbox, MOVES_AUTOGROUP, READS_AUTOGROUP)):
+        fresh, _, _ = after(box, None, reader)
+        seen, started, status = after(box, mover, reader)
         assert status.startswith("ok"), status
         assert (seen, started) == (fresh, 2), mover
-    quiet = after(sandbox, "print(1)", READS_NET_COUNTERS)
+    quiet = after(inet_sandbox, "print(1)", READS_NET_COUNTERS)
     assert quiet[1] == 1  # a program that moves nothing keeps its sandbox
     fresh, _, _ = after(sandbox, None, READS_TMP_FLAGS)
     seen, started, status = after(sandbox, MOVES_TMP_FLAGS, READS_TMP_FLAGS)
     if status.startswith("ok"):  # tmpfs takes inode flags since Linux 6.0
         assert (seen, started) == (fresh, 2)
+
+
+# --- classes 4 and 5: TCP memory and the host's ephemeral ports, closed by construction ------
+
+SOCKETS = """
+import errno, socket
+for family in (socket.AF_INET, socket.AF_INET6):
+    try:
+        socket.socket(family, socket.SOCK_STREAM)
+        print("made")
+    except OSError as error:
+        print(errno.errorcode[error.errno])
+a, b = socket.socketpair()
+a.sendall(b"local ipc works")
+print(b.recv(64).decode())
+"""
+
+
+def test_by_default_a_program_makes_no_tcp_or_udp_socket_and_local_ipc_works(sandbox):
+    """Class 4: 18 unread loopback TCP connections held 365 MiB of the host's TCP memory
+    outside the sandbox's cgroup; class 5: 1,500 connects in one sandbox moved another's next
+    source port by ~13,500. With no AF_INET/AF_INET6 socket neither exists; AF_UNIX (which
+    buffers in memory charged to the sandbox) is what test programs use for IPC."""
+    [result] = sandbox.run_cases(SOCKETS, [Case()], SMALL)
+    assert result.stdout.split("\n")[:3] == ["EAFNOSUPPORT", "EAFNOSUPPORT", "local ipc works"], result.stderr[-500:]

@@ -113,7 +113,7 @@ class Launch:
 class Isolation:
     """The command lines of one backend ("bwrap" or "rlimits") for one interpreter."""
 
-    def __init__(self, backend: str, python: str, uid: int | None, driver_source: str):
+    def __init__(self, backend: str, python: str, uid: int | None, driver_source: str, *, inet: bool = False):
         if backend not in ("bwrap", "rlimits"):
             raise ValueError(f"backend must be 'bwrap' or 'rlimits', got {backend!r}")
         self.backend = backend
@@ -123,7 +123,7 @@ class Isolation:
         self._driver_code = compile_driver(python, driver_source)
         self._prefix = self._drop_privileges_prefix()
         # Built once here so that an unknown machine fails before any program runs.
-        self.seccomp_filter = seccomp.filter_program()
+        self.seccomp_filter = seccomp.filter_program(inet=inet)
         self.seccomp_guard_sites = seccomp.guard_sites(self.seccomp_filter)
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
 

@@ -370,12 +370,18 @@ class Sandbox:
     cgroups: give each sandbox a cgroup bounding its memory, processes and CPU as a whole
         where the machine allows it (`cgroups.CgroupRoot.detect`; default True). Where it
         does not, bounds are per process and the Sandbox warns once.
+    inet: let programs make AF_INET/AF_INET6 sockets (default False: only AF_UNIX, which
+        test programs need for local IPC). TCP and UDP sockets reach state the sandbox
+        cannot bound or reset: socket buffers charged to no cgroup here (18 unread loopback
+        connections held 365 MiB of the host's TCP memory), the host's ephemeral-port table,
+        the namespace's protocol counters. Turn it on only for a task whose tests need it.
     """
 
     backend: str = "bwrap"
     python: str | None = None
     uid: int | None = None
     cgroups: bool = True
+    inet: bool = False
     _isolation: Isolation | None = field(default=None, init=False, repr=False, compare=False)
     _cgroup_root: CgroupRoot | None = field(default=None, init=False, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
@@ -428,7 +434,7 @@ class Sandbox:
     def _choose(self) -> Isolation:
         if self.backend == "bwrap":
             try:
-                isolation = Isolation("bwrap", self.python, self.uid, DRIVER_SOURCE)
+                isolation = Isolation("bwrap", self.python, self.uid, DRIVER_SOURCE, inet=self.inet)
                 problem = self._probe(isolation)
             except RuntimeError as err:
                 problem = str(err)
@@ -446,7 +452,7 @@ class Sandbox:
             "signal your processes. Never train on untrusted output this way."
         )
         try:
-            isolation = Isolation("rlimits", self.python, self.uid, DRIVER_SOURCE)
+            isolation = Isolation("rlimits", self.python, self.uid, DRIVER_SOURCE, inet=self.inet)
         except RuntimeError as err:
             raise SandboxError(f"the rlimits sandbox does not work here: {err}") from None
         problem = self._probe(isolation)

@@ -56,8 +56,10 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
   `futex_wait`, `futex_wake`, `futex_requeue` (ENOSYS: their flags are behind pointers).
   Threads, locks and condition variables of one process use private futexes and work;
   process-shared semaphores (`multiprocessing` locks) do not.
-- sockets of any family but AF_UNIX, AF_INET and AF_INET6 (EAFNOSUPPORT): no netlink, no
-  packet sockets.
+- sockets of any family but AF_UNIX (EAFNOSUPPORT): no netlink, no packet sockets, and no
+  TCP or UDP unless the Sandbox is made with `inet=True` (issue 35: TCP buffers escaped the
+  sandbox's memory bound, and the host's ephemeral-port table and the namespace's protocol
+  counters are shared state a program could move for another).
 - any other ABI than the native one (ENOSYS): i386 calls from x86_64 (`int 0x80`) and x32.
 
 Supported machines: x86_64 and aarch64; elsewhere `filter_program` raises.
@@ -167,9 +169,10 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return code.to_bytes(2, "little") + bytes((jt, jf)) + k.to_bytes(4, "little")
 
 
-def filter_program(machine: str | None = None) -> bytes:
+def filter_program(machine: str | None = None, *, inet: bool = False) -> bytes:
     """The filter as the bytes of a `struct sock_filter[]` for `machine` (default: this one's,
-    `platform.machine()`); 8 bytes per instruction, little-endian.
+    `platform.machine()`); 8 bytes per instruction, little-endian. `inet`: allow AF_INET and
+    AF_INET6 sockets too (default: AF_UNIX only).
 
     Raises RuntimeError naming the machine when it is not x86_64 or aarch64.
     """
@@ -233,7 +236,8 @@ def filter_program(machine: str | None = None) -> bytes:
     blocks.update({
         "socket": [
             (_LD_W_ABS, 0, 0, _ARGS),  # low 32 bits of args[0]: the kernel reads `int family`
-            (_JEQ_K, "ret_allow", 0, AF_UNIX), (_JEQ_K, "ret_allow", 0, AF_INET), (_JEQ_K, "ret_allow", 0, AF_INET6),
+            (_JEQ_K, "ret_allow", 0, AF_UNIX),
+            *([(_JEQ_K, "ret_allow", 0, AF_INET), (_JEQ_K, "ret_allow", 0, AF_INET6)] if inet else []),
             (_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EAFNOSUPPORT),
         ],
         "ret_allow": [(_RET_K, 0, 0, SECCOMP_RET_ALLOW)],
