@@ -231,3 +231,21 @@ def test_by_default_a_program_makes_no_tcp_or_udp_socket_and_local_ipc_works(san
     buffers in memory charged to the sandbox) is what test programs use for IPC."""
     [result] = sandbox.run_cases(SOCKETS, [Case()], SMALL)
     assert result.stdout.split("\n")[:3] == ["EAFNOSUPPORT", "EAFNOSUPPORT", "local ipc works"], result.stderr[-500:]
+
+
+def test_each_reused_sandbox_runs_as_a_host_uid_of_its_own(sandbox):
+    """Class 5 (per-uid tables: pipe buffer pages, fds in flight over unix sockets): every
+    sandbox ran as uid 65534, so one program could fill a table another program's calls
+    fail on. Each worker of a pool now has a host uid of its own (the harness is root here;
+    otherwise every sandbox runs as the harness's uid and docs/sandbox.md says so)."""
+    import os
+
+    from tests.support.requirements import require
+
+    require(os.geteuid() == 0, "a harness running as root (CI's), which can give each worker its own uid")
+    program = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
+    with SandboxPool(workers=2, sandbox=sandbox, limits=SMALL) as workers:
+        results = workers.run_many([(program, [Case()])] * 6)
+        uids = {int(r[0].stdout) for r in results}
+        kept = {worker.uid for worker in workers._kept}
+    assert len(uids) == 2 and uids == kept and 65534 not in uids

@@ -181,12 +181,16 @@ class Isolation:
             args += ["--setenv", key, value]
         return args
 
-    def launch(self, tmp_bytes: int, workdir: str | None) -> Launch:
+    def launch(self, tmp_bytes: int, workdir: str | None, uid: int | None = None) -> Launch:
         """How to start the driver once. `workdir`: the rlimits backend's private directory (made by
-        the caller, removed after the run); ignored by bwrap, whose /tmp is a fresh tmpfs."""
+        the caller, removed after the run); ignored by bwrap, whose /tmp is a fresh tmpfs. `uid`:
+        run as this uid instead of the Sandbox's (only when the harness is root)."""
+        prefix = self._prefix
+        if uid is not None and self.uid is not None:
+            prefix = [self._prefix[0], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         if self.backend == "bwrap":
             argv = (
-                self._prefix
+                prefix
                 + self._bwrap_head[:1]
                 + ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
                 + self._bwrap_head[1:]
@@ -196,5 +200,5 @@ class Isolation:
             return Launch(argv, None, {"PATH": SANDBOX_PATH}, self._stdin_prefix, f"{SANDBOX_TMP}/main.py", True)
         if workdir is None:
             raise ValueError("the rlimits backend needs a working directory")
-        argv = self._prefix + self._interpreter_args()
+        argv = prefix + self._interpreter_args()
         return Launch(argv, workdir, scrubbed_env(workdir), self._stdin_prefix, os.path.join(workdir, "main.py"), False)

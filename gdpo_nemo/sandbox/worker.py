@@ -17,6 +17,9 @@ rest of the machine.
 
 from __future__ import annotations
 
+import itertools
+import os
+
 import subprocess
 import tempfile
 import threading
@@ -36,6 +39,13 @@ from gdpo_nemo.sandbox.runner import (
 )
 
 
+# Host uids of reused sandboxes (harness running as root): far above the ranges of users,
+# system accounts and /etc/subuid's usual 100000-... blocks, one per worker of this process.
+WORKER_UID_BASE = 1_800_000_000
+WORKER_UID_SPAN = 100_000_000
+_WORKER_UIDS = itertools.count((os.getpid() * 4096) % WORKER_UID_SPAN)
+
+
 class SandboxWorker:
     """One long-lived bubblewrap sandbox running jobs in turn. Not thread-safe: give each
     thread its own (SandboxPool does).
@@ -51,7 +61,11 @@ class SandboxWorker:
         self.sandbox = sandbox
         self.tmp_bytes = tmp_bytes
         self._isolation = sandbox._get_isolation()
-        self._launch = self._isolation.launch(tmp_bytes, None)
+        # A host uid of its own (when the harness is root): the kernel's per-uid tables (pipe
+        # buffer pages, file descriptors in flight over unix sockets, process counts) are then
+        # this worker's alone, so no program can fill them for a program in another worker.
+        self.uid = None if self._isolation.uid is None else WORKER_UID_BASE + next(_WORKER_UIDS) % WORKER_UID_SPAN
+        self._launch = self._isolation.launch(tmp_bytes, None, uid=self.uid)
         self._process: subprocess.Popen | None = None
         self._cgroup = None
         self._stderr = None
