@@ -70,8 +70,27 @@ def test_the_runner_runs_a_study_seed_by_seed_so_an_interrupted_study_leaves_who
     assert sorted(p.name for p in (tmp_path / "configs").iterdir()) == sorted(f"{name}.yaml" for name in names)
 
 
+def tracked(folder: Path) -> list[str]:
+    """The files under `folder` that git tracks (relative to it): what a clean clone has,
+    whatever runs of the study are going on in this checkout."""
+    listed = subprocess.run(["git", "ls-files", "-z", str(folder)], cwd=REPO, capture_output=True, text=True, check=True)
+    return [str(Path(name).relative_to(folder.relative_to(REPO))) for name in listed.stdout.split("\0") if name]
+
+
 def committed_runs() -> list[Path]:
-    return sorted(p for p in (STUDY / "runs").iterdir() if p.is_dir()) if (STUDY / "runs").is_dir() else []
+    return sorted({STUDY / "runs" / name.split("/")[1] for name in tracked(STUDY) if name.startswith("runs/")})
+
+
+@pytest.fixture(scope="module")
+def committed_copy(tmp_path_factory) -> Path:
+    """The committed study's files (a clean clone's), copied out of this checkout."""
+    import shutil
+
+    copy = tmp_path_factory.mktemp("committed") / "cpu_study"
+    for name in tracked(STUDY):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(STUDY / name, copy / name)
+    return copy
 
 
 def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_provenance():
@@ -82,8 +101,8 @@ def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_pr
     seeds = sorted({int(p.name.rsplit("seed", 1)[1]) for p in runs})
     assert len(seeds) >= 1, "the study's first seed pairs are committed"
     assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in seeds)
-    tracked = subprocess.run(["git", "ls-files", str(STUDY)], cwd=REPO, capture_output=True, text=True).stdout
-    assert "/checkpoints/" not in tracked and "/.cache/" not in tracked
+    files = tracked(STUDY)
+    assert not [name for name in files if "/checkpoints/" in name or name.startswith(".cache/")]
     firsts = {}
     for run in runs:
         steps = [r["step"] for r in read_metrics(run) if "train/reward" in r]
@@ -99,14 +118,16 @@ def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_pr
     for seed in seeds:
         pair = [firsts[f"cpu_study__gsm8k__smollm2-135m__{a}__seed{seed}"]["start_weights"] for a in ("grpo", "gdpo")]
         assert pair[0] == pair[1]
-    for path in [*STUDY.rglob("*.yaml"), *STUDY.rglob("*.log"), *STUDY.rglob("*.json")]:
-        for machine in ("/work/", "/root/", "/home/", "/tmp/"):
-            assert machine not in path.read_text(), f"{path} names {machine}"
+    for name in files:
+        if name.endswith((".yaml", ".log", ".json", ".md", ".csv")):
+            text = (STUDY / name).read_text()
+            for machine in ("/work/", "/root/", "/home/", "/tmp/"):
+                assert machine not in text, f"{name} names {machine}"
 
 
 @pytest.mark.parametrize("table", ["training_summary", "paired"])
-def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table):
-    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(STUDY / "runs"),
+def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table, committed_copy):
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(committed_copy / "runs"),
                            "--experiment", "cpu_study", "--out", str(tmp_path), "--no-cache", "--quiet"],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
