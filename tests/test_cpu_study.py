@@ -158,7 +158,7 @@ def test_a_stopped_runner_stops_its_runs_and_the_same_command_finishes_them(tmp_
 
     out = tmp_path / "study"
     command = [sys.executable, "-m", "gdpo_nemo.commands.local_parallel", "cpu_study", "--smoke", "--jobs", "2",
-               "--only", "seed=0", "--out", str(out), "grpo.max_num_steps=60"]
+               "--only", "seed=0", "--out", str(out), "grpo.max_num_steps=20"]
     env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
     runner = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
@@ -177,7 +177,7 @@ def test_a_stopped_runner_stops_its_runs_and_the_same_command_finishes_them(tmp_
     time.sleep(2)
     assert {run.name: len(read_metrics(run)) for run in (out / "runs").iterdir()} == steps  # nothing writes on
     assert all(not rundir.is_done(out / "runs" / name) for name in steps)
-    done = subprocess.run([*command[:-1], "grpo.max_num_steps=60"], cwd=REPO, env=env, capture_output=True, text=True,
+    done = subprocess.run([*command[:-1], "grpo.max_num_steps=20"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:]
     assert all(rundir.is_done(run) for run in (out / "runs").iterdir())
