@@ -81,7 +81,8 @@ def test_the_documented_command_regenerates_every_number_of_the_committed_run(re
     assert now["libraries"] == then["libraries"], "the libraries differ from the committed run's: reinstall with the README's setup"
     if now["numerics"] != then["numerics"]:
         pytest.skip(f"another kind of machine than the committed run's: {provenance.differences([then, now], ['committed', 'here'], ('numerics',))}")
-    assert now["start_weights"] == then["start_weights"]  # the same conversion and warm start, bit for bit
+    weights = ("source", "digest", "base_digest")  # the same conversion and warm start, bit for bit
+    assert {k: now["start_weights"][k] for k in weights} == {k: then["start_weights"][k] for k in weights}
     expected, found = numbers(committed), numbers(fresh)
     assert sorted(found) == sorted(expected)
     for step in expected:
@@ -99,58 +100,67 @@ def test_the_regenerated_report_tables_equal_the_committed_ones(regenerated):
 
 # ---- the warm-start cache: one key, one set of weights --------------------------------
 
-
-def _warm_start_in_subprocess(cache: Path, threads: int, how: str) -> dict:
-    """Make (or reuse) the tiny warm start on `threads` threads in a fresh process, the way
-    the study runner's preparation does (`prepare`) or the run itself does (`train`); return
-    its key, the digest of the weights that process ends up with, and its record."""
-    script = f"""
+WARM_STARTS = """
 import json, sys
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.engines.local import warm_start
+from gdpo_nemo.engines.local.models import cache_dir, load_pretrained
 from gdpo_nemo.runs.provenance import state_digest
-config, _ = resolve_and_check(cc.compose("gsm8k", "tiny", "gdpo", cluster="local", seed=3, overrides=[
-    "++gdpo.local.warm_start.enabled=true", "++gdpo.local.warm_start.steps=3", "++gdpo.local.warm_start.batch_size=4",
-    "++gdpo.local.num_threads={threads}", "++gdpo.local.progress=false"]))
-if "{how}" == "prepare":
-    path = warm_start.warm_start_checkpoint(config, log=lambda m: None)
-    from gdpo_nemo.engines.local.models import load_pretrained
-    model, _ = load_pretrained(path)
-    digest = state_digest(model)
-else:
-    model, _, start = warm_start.load_warm_start(config, log=lambda m: None)
-    digest = state_digest(model)
-print(json.dumps({{"key": warm_start.warm_start_key(config), "digest": digest}}))
+
+def config(threads):
+    return resolve_and_check(cc.compose("gsm8k", "tiny", "gdpo", cluster="local", seed=3, overrides=[
+        "++gdpo.local.warm_start.enabled=true", "++gdpo.local.warm_start.steps=3", "++gdpo.local.warm_start.batch_size=4",
+        f"++gdpo.local.num_threads={threads}", "++gdpo.local.progress=false"]))[0]
+
+out = []
+for threads, how, tamper in json.loads(sys.argv[1]):
+    made = config(threads)
+    record_path = cache_dir() / "warm_start" / warm_start.warm_start_key(made) / "warm_start.json"
+    if tamper:
+        record = json.loads(record_path.read_text())
+        changed = {"digest": {**record, "digest": "0" * 16},
+                   "threads": {**record, "numerics": {**record["numerics"], "threads": 7}}}[tamper]
+        record_path.write_text(json.dumps(changed))
+    try:
+        if how == "prepare":  # the study runner's preparation: make it, then the files are what a run loads
+            model, _ = load_pretrained(warm_start.warm_start_checkpoint(made, log=lambda m: None))
+        else:  # the run itself: load (or make) and check against the record
+            model = warm_start.load_warm_start(made, log=lambda m: None)[0]
+        out.append({"key": warm_start.warm_start_key(made), "digest": state_digest(model)})
+    except ValueError as err:
+        out.append({"refused": str(err)})
+    if tamper:
+        record_path.write_text(json.dumps(record))
+print(json.dumps(out))
 """
+
+
+def warm_starts(cache: Path, steps: list) -> list[dict]:
+    """Run `steps` ([threads, "prepare" | "train", tamper | None], ...) in one fresh process
+    with the tiny model's warm start cached in `cache`; each gives its key and the digest of
+    the weights the process ended up with, or the refusal."""
     env = dict(os.environ, GDPO_NEMO_CACHE=str(cache), PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", WARM_STARTS, json.dumps(steps)], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_changed_thread_count_gives_another_key_never_the_same_key_with_other_weights(tmp_path):
-    one_a = _warm_start_in_subprocess(tmp_path / "a", 1, "prepare")
-    one_b = _warm_start_in_subprocess(tmp_path / "b", 1, "train")  # made by the run itself, in its own cache
-    two = _warm_start_in_subprocess(tmp_path / "a", 2, "train")
-    assert one_a["key"] == one_b["key"] and one_a["digest"] == one_b["digest"]
-    assert two["key"] != one_a["key"]  # another thread count: another cached model, never the 1-thread one
-    assert sorted(p.name for p in (tmp_path / "a" / "warm_start").iterdir()) == sorted([one_a["key"], two["key"]])
-    record = json.loads((tmp_path / "a" / "warm_start" / two["key"] / "warm_start.json").read_text())
+    [prepared] = warm_starts(tmp_path / "a", [[1, "prepare", None]])
+    # Another process (the run itself, in another cache) makes the same key's weights again;
+    # another thread count gets another key, beside the first.
+    trained, two = warm_starts(tmp_path / "b", [[1, "train", None], [2, "train", None]])
+    assert prepared == trained
+    assert two["key"] != prepared["key"]  # never the 1-thread model under the 2-thread key, or back
+    assert sorted(p.name for p in (tmp_path / "b" / "warm_start").iterdir()) == sorted([prepared["key"], two["key"]])
+    record = json.loads((tmp_path / "b" / "warm_start" / two["key"] / "warm_start.json").read_text())
     assert record["numerics"]["threads"] == 2 and record["digest"] == two["digest"]
-
-
-def test_a_cached_warm_start_under_other_numerics_or_with_other_weights_is_refused(tmp_path):
-    made = _warm_start_in_subprocess(tmp_path, 1, "prepare")
-    record_path = tmp_path / "warm_start" / made["key"] / "warm_start.json"
-    record = json.loads(record_path.read_text())
-    # Other weights under the key (a damaged file, a copy from another machine).
-    record_path.write_text(json.dumps({**record, "digest": "0" * 16}))
-    with pytest.raises(AssertionError, match="its weights are not the ones recorded"):
-        _warm_start_in_subprocess(tmp_path, 1, "train")
-    # A record whose numerics are not the key's (made by another thread count).
-    record_path.write_text(json.dumps({**record, "numerics": {**record["numerics"], "threads": 7}}))
-    with pytest.raises(AssertionError, match="made under other numerics than its key says .*numerics.threads"):
-        _warm_start_in_subprocess(tmp_path, 1, "prepare")
-    record_path.write_text(json.dumps(record))
-    assert _warm_start_in_subprocess(tmp_path, 1, "train") == made
+    # A record whose weights or numerics are not the key's (damaged, copied from another
+    # machine, made by another thread count) is refused, naming the folder; restored, reused.
+    digest, threads, again = warm_starts(tmp_path / "a", [[1, "train", "digest"], [1, "prepare", "threads"],
+                                                          [1, "train", None]])
+    assert "its weights are not the ones recorded" in digest["refused"]
+    assert "made under other numerics than its key says" in threads["refused"] and "numerics.threads" in threads["refused"]
+    assert again == prepared
