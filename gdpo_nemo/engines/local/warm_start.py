@@ -70,16 +70,23 @@ def warm_start_expected(config: dict) -> dict:
     }
 
 
+def _key(expected: dict) -> str:
+    return hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def warm_start_key(config: dict) -> str:
     """Hex digest naming the warm-started checkpoint of this config (`warm_start_expected`)."""
-    return hashlib.sha256(json.dumps(warm_start_expected(config), sort_keys=True).encode()).hexdigest()[:16]
+    return _key(warm_start_expected(config))
 
 
 def warm_start_checkpoint(config: dict, log=print) -> Path:
     """Path of the warm-started checkpoint for `config`, training it first if not cached
     (on `gdpo.local.num_threads` torch threads; the count is part of the key)."""
-    expected = warm_start_expected(config)
-    key = hashlib.sha256(json.dumps(expected, sort_keys=True).encode()).hexdigest()[:16]
+    return _checkpoint(config, warm_start_expected(config), log)
+
+
+def _checkpoint(config: dict, expected: dict, log) -> Path:
+    key = _key(expected)
     target = cache_dir() / "warm_start" / key
     if (target / "config.json").is_file():
         provenance.check_cached(target, RECORD, expected)
@@ -115,9 +122,10 @@ def load_warm_start(config: dict, log=print) -> tuple:
     """`(model, tokenizer, start_weights)` of the warm start of `config` (made first when not
     cached), its weights checked against the digest recorded when it was made;
     `start_weights` says where they came from (`provenance.invocation_record`)."""
-    path = warm_start_checkpoint(config, log=log)
+    expected = warm_start_expected(config)
+    path = _checkpoint(config, expected, log)
     model, tokenizer = load_pretrained(path)
-    record = provenance.check_cached(path, RECORD, warm_start_expected(config), model=model)
+    record = provenance.check_cached(path, RECORD, expected, model=model)
     return model, tokenizer, {"source": f"warm_start/{path.name}", "digest": record["digest"],
                               "base_digest": record["base_digest"],
                               "base_seed": base_seed(config["policy"]["model_name"], config["grpo"]["seed"])}
