@@ -314,3 +314,56 @@ def test_gpu_same_seed_runs_on_cuda_log_identical_metrics(tmp_path):
 @needs_cuda
 def test_gpu_sigkill_after_a_checkpoint_then_resume_on_cuda_ends_with_the_uninterrupted_metrics(tmp_path):
     sigkill_then_resume(tmp_path, *ON_CUDA)
+
+
+# ---------------------------------------------------------------------------------------
+# Attention kernels: cuDNN's are off on CUDA (docs/gpu.md, "Attention on CUDA").
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cudnn_attention_flag():
+    """Leaves torch's process-wide cuDNN-attention flag as the test found it."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_a_cuda_run_turns_cudnn_attention_off_and_records_it(cudnn_attention_flag):
+    from gdpo_nemo.runs import provenance
+
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    dev.avoid_cudnn_attention(torch.device("cpu"))  # the CPU: untouched
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    dev.avoid_cudnn_attention(torch.device("cuda"))  # sets torch's flag; needs no GPU
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    # A CUDA run's numerics name the kernels allowed (so its warm-start key does); a CPU
+    # run's record is what it was before the setting existed.
+    assert dev.attention_backends(torch.device("cuda")) == "flash,efficient,math"
+    assert dev.attention_backends(torch.device("cpu")) is None
+    assert "attention" not in provenance.numerics("cpu", attention=dev.attention_backends(torch.device("cpu")))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_padded_prompts_give_finite_gradients(cudnn_attention_flag):
+    # pytorch/pytorch#196678: cuDNN attention's backward gives NaN with a mask, a key length of
+    # 128k + 64 and a row whose logsumexp is below -88.7 (a fully masked left-padding row):
+    # what killed 4 of 6 tool-calling runs on an H100 (torch 2.11). The engine's forward pass
+    # over such prompts, with the engine's attention setting, must give finite gradients.
+    cuda = torch.device("cuda")
+    dev.avoid_cudnn_attention(cuda)
+    model, tokenizer = build_tiny_model(seed=0)
+    model.to(cuda).train()
+    generator = torch.Generator().manual_seed(0)
+    width = 704
+    ids = torch.randint(3, 200, (2, width), generator=generator)
+    mask = torch.ones(2, width, dtype=torch.long)
+    mask[1, :300] = 0  # left padding: 300 fully masked query rows
+    completions = torch.randint(3, 200, (4, 24), generator=generator)
+    with dev.autocast(cuda, "bfloat16"):
+        logprobs = shared_prompt_logprobs(model, ids.to(cuda), mask.to(cuda), torch.tensor([2, 2]),
+                                          completions.to(cuda), torch.ones(4, 24, dtype=torch.long, device=cuda))
+    logprobs.sum().backward()
+    bad = [name for name, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+    assert not bad, f"non-finite gradients in {bad[:5]}"

@@ -226,3 +226,49 @@ def test_micro_batches_accumulate_exactly_the_global_batch_gradient(tiny):
         grads.append(captured)
     for name, grad in grads[0].items():
         assert torch.allclose(grad, grads[1][name], atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_an_update_with_a_non_finite_gradient_is_skipped_and_counted(tiny, poison, capsys):
+    # The stand-in for a kernel fault (cuDNN attention's NaN backward on Hopper, docs/gpu.md):
+    # the first backward pass makes one weight's gradient non-finite. Without the guard AdamW
+    # writes NaN into the weights and the next sampling step fails.
+    import copy
+
+    from gdpo_nemo.engines.local.trainer import update_policy as _policy_update
+
+    model, tokenizer = tiny
+    rollouts = _sample(model, tokenizer, seed=3)
+    advantages = torch.tensor([1.0, -1.0, 0.5, 0.0, -0.5, 0.0])
+
+    def run(global_batch, poisoned):
+        copy_model = copy.deepcopy(model)
+        before = {n: p.detach().clone() for n, p in copy_model.named_parameters()}
+        calls = []
+
+        def poison_first(grad):
+            calls.append(1)
+            return grad * poison if len(calls) == 1 else grad
+
+        if poisoned:
+            copy_model.model.layers[0].self_attn.q_proj.weight.register_hook(poison_first)
+        optimizer = torch.optim.AdamW(copy_model.parameters(), lr=1e-2)
+        copy_model.train()
+        policy = {"train_global_batch_size": global_batch, "train_micro_batch_size": 3, "max_grad_norm": 1.0}
+        update = _policy_update(copy_model, optimizer, rollouts, advantages, None, NO_KL, policy, 1.0,
+                                torch.device("cpu"))
+        after = {n: p.detach() for n, p in copy_model.named_parameters()}
+        changed = any(not torch.equal(before[n], after[n]) for n in before)
+        assert all(torch.isfinite(p).all() for p in after.values())
+        return update, changed
+
+    clean, changed = run(6, poisoned=False)
+    assert clean["skipped_updates"] == 0 and math.isfinite(clean["grad_norm"]) and changed
+    capsys.readouterr()
+    # one global batch, poisoned: no update at all, the weights bit for bit as they were
+    only, changed = run(6, poisoned=True)
+    assert only["skipped_updates"] == 1 and not math.isfinite(only["grad_norm"]) and not changed
+    assert "this update is skipped" in capsys.readouterr().err
+    # two global batches, the first poisoned: the second still updates
+    first, changed = run(3, poisoned=True)
+    assert first["skipped_updates"] == 1 and not math.isfinite(first["grad_norm"]) and changed

@@ -83,15 +83,18 @@ def device_name(device) -> str:
     return platform.processor() or platform.machine()
 
 
-def numerics(device, *, dtype: str = "float32", autocast: str | None = None) -> dict:
+def numerics(device, *, dtype: str = "float32", autocast: str | None = None, attention: str | None = None) -> dict:
     """The numerics in effect in this process for work on `device`: its kind and name (and on
     the CPU the instruction set torch's kernels use), the torch thread count, the weight dtype
-    and the autocast dtype."""
+    and the autocast dtype; `attention`, when given, names the attention kernels the caller
+    allows (the local engine on CUDA: no cuDNN attention)."""
     import torch
 
     device = torch.device(device)
     numbers = {"device": device.type, "device_name": device_name(device), "threads": torch.get_num_threads(),
                "dtype": dtype, "autocast": autocast}
+    if attention is not None:
+        numbers["attention"] = attention
     if device.type == "cpu":  # the vector instructions torch's CPU kernels use (AVX2, AVX512, ...)
         numbers["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return numbers

@@ -15,6 +15,14 @@ probabilities, token logprobs (log_softmax of fp32 logits), ratios, advantages a
 Determinism: a CPU run is bit-identical for a seed. On CUDA, `deterministic` (default on)
 turns on ``torch.use_deterministic_algorithms`` (warn-only for ops with no deterministic
 kernel) and cuBLAS's fixed workspace, so same-seed runs on the same GPU and software agree.
+
+Attention on CUDA: the cuDNN backend of ``scaled_dot_product_attention`` is switched off
+(`avoid_cudnn_attention`). With a padding mask, its backward returns NaN gradients on Hopper
+GPUs in torch 2.11 for some sequence lengths (pytorch/pytorch#196678: a query row whose
+logsumexp is below -88.7, which a fully masked left-padding row always is); on an H100 this
+corrupted the weights of 4 of the GPU study's 6 tool-calling runs within 12 steps. Flash,
+memory-efficient and math attention remain, and `update_policy` skips any update whose
+gradient is not finite.
 """
 
 from __future__ import annotations
@@ -70,6 +78,23 @@ def make_deterministic(device: torch.device) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+# What `avoid_cudnn_attention` leaves on; part of a CUDA run's numerics (provenance.numerics).
+CUDA_ATTENTION_BACKENDS = "flash,efficient,math"
+
+
+def attention_backends(device: torch.device) -> str | None:
+    """The attention kernels a run on `device` allows, for its numerics record: None on the
+    CPU (torch picks as it always has)."""
+    return CUDA_ATTENTION_BACKENDS if device.type == "cuda" else None
+
+
+def avoid_cudnn_attention(device: torch.device) -> None:
+    """Turn off cuDNN's attention kernels on CUDA (see the module docstring); nothing to do on
+    the CPU. Process-wide; before the first forward pass of the process."""
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 @contextlib.contextmanager

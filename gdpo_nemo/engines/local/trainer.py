@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -319,6 +320,7 @@ def _seed_and_pick_device(config: dict) -> torch.device:
     device = dev.resolve_device(local["device"])
     if local["deterministic"]:
         dev.make_deterministic(device)
+    dev.avoid_cudnn_attention(device)
     return device
 
 
@@ -353,7 +355,8 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
     )
     restored_metrics = _restore(state, latest) if latest is not None else None
     provenance.append(run_dir, provenance.invocation_record(
-        numbers=provenance.numerics(device, dtype=local["dtype"], autocast=local["autocast"]),
+        numbers=provenance.numerics(device, dtype=local["dtype"], autocast=local["autocast"],
+                                    attention=dev.attention_backends(device)),
         start_weights=start_weights, resumed_from=state.start_step if latest is not None else None))
     state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None, log=log)
     if restored_metrics is not None and not any(r.get("step") == state.start_step
@@ -495,7 +498,8 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
 
 
 # The keys of `update_policy`'s result, logged as train/<key> in this order.
-UPDATE_METRICS = ("loss", "grad_norm", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "clip_fraction")
+UPDATE_METRICS = ("loss", "grad_norm", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "clip_fraction",
+                  "skipped_updates")
 
 
 @contextlib.contextmanager
@@ -648,14 +652,18 @@ def update_policy(model, optimizer, rollouts: Rollouts, advantages, reference_lo
     (normalized by the global batch's token / sample count), clip, step. `autocast()` is the
     forward passes' precision context; the loss is computed in fp32 outside it.
 
-    Returns the means over global batches of `loss`, `kl_penalty` and `grad_norm`, and the
-    token means of `probs_ratio`, `probs_ratio_clamped` and `clip_fraction` (UPDATE_METRICS)."""
+    An update whose clipped gradient norm is not finite is skipped (the weights stay as they
+    were; `skipped_updates` counts them, and `grad_norm` shows the NaN or inf).
+
+    Returns the means over global batches of `loss`, `kl_penalty` and `grad_norm`, the number
+    of skipped updates, and the token means of `probs_ratio`, `probs_ratio_clamped` and
+    `clip_fraction` (UPDATE_METRICS)."""
     rows_total = rollouts.completion_ids.shape[0]
     global_batch = policy["train_global_batch_size"]
     parameters = [p for p in model.parameters() if p.requires_grad]
     totals = {"loss": 0.0, "kl_penalty": 0.0, "probs_ratio_sum": 0.0, "probs_ratio_clamped_sum": 0.0,
               "clipped_tokens": 0.0}
-    grad_norms, tokens_seen, num_global = [], 0.0, rows_total // global_batch
+    grad_norms, tokens_seen, num_global, skipped = [], 0.0, rows_total // global_batch, 0
     for start in range(0, rows_total, global_batch):
         batch_rows = list(range(start, start + global_batch))
         valid_tokens = float(rollouts.completion_mask[batch_rows].sum())
@@ -667,15 +675,21 @@ def update_policy(model, optimizer, rollouts: Rollouts, advantages, reference_lo
                 totals[key] += parts[key]
         # 6. step: clip the global gradient norm, AdamW
         max_norm = policy["max_grad_norm"]
-        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf)
-        grad_norms.append(float(norm))
-        optimizer.step()
+        norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf))
+        grad_norms.append(norm)
+        if math.isfinite(norm):
+            optimizer.step()
+        else:  # a NaN or inf gradient would make every weight NaN: leave them as they are
+            skipped += 1
+            print(f"warning: the gradient's norm is {norm} (not finite): this update is skipped, the weights are "
+                  "unchanged (train/skipped_updates counts them)", file=sys.stderr, flush=True)
         tokens_seen += valid_tokens
     optimizer.zero_grad(set_to_none=True)
     return {
         "loss": totals["loss"] / num_global,
         "kl_penalty": totals["kl_penalty"] / num_global,
         "grad_norm": sum(grad_norms) / len(grad_norms),
+        "skipped_updates": skipped,
         "probs_ratio": totals["probs_ratio_sum"] / max(tokens_seen, 1.0),
         "probs_ratio_clamped": totals["probs_ratio_clamped_sum"] / max(tokens_seen, 1.0),
         "clip_fraction": totals["clipped_tokens"] / max(tokens_seen, 1.0),

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-from gdpo_nemo.engines.local.device import autocast, make_deterministic, resolve_device, torch_threads
+from gdpo_nemo.engines.local.device import (attention_backends, autocast, avoid_cudnn_attention, make_deterministic,
+                                            resolve_device, torch_threads)
 from gdpo_nemo.engines.local.models import base_seed, cache_dir, load_policy, load_pretrained, save_folder, shown
 from gdpo_nemo.runs import provenance
 
@@ -50,7 +51,9 @@ def warm_start_numerics(config: dict) -> dict:
     (null: this process's count)."""
     local = config["gdpo"]["local"]
     with torch_threads(local["num_threads"]):
-        return provenance.numerics(resolve_device(local["device"]), dtype="float32", autocast=local["autocast"])
+        device = resolve_device(local["device"])
+        return provenance.numerics(device, dtype="float32", autocast=local["autocast"],
+                                   attention=attention_backends(device))
 
 
 def warm_start_expected(config: dict) -> dict:
@@ -99,6 +102,7 @@ def _checkpoint(config: dict, expected: dict, log) -> Path:
     device = resolve_device(config["gdpo"]["local"]["device"])
     if config["gdpo"]["local"]["deterministic"]:
         make_deterministic(device)  # before the first CUDA matmul of this process
+    avoid_cudnn_attention(device)
     model.to(device)
     started = time.perf_counter()
     with torch_threads(config["gdpo"]["local"]["num_threads"]):
