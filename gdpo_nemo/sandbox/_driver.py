@@ -75,6 +75,7 @@ KEYCTL_SETPERM = 5
 KEY_SPEC_SESSION_KEYRING = -3
 KEY_POSSESSOR_ALL = 0x3F000000  # possessor: everything; the uid, group, others: nothing
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61}
 SIGINT = 2
 SIGKILL = 9
 FLUSH_FAILED_STATUS = 120  # what CPython exits with when flushing stdout fails at exit
@@ -739,23 +740,61 @@ class _Payload:
         return fd
 
 
-def _probe_inode(directory):
-    """The inode number a new file in `directory` gets now (the file is removed again), or
-    None. tmpfs numbers inodes from one counter per mount, so this tells how many files
-    were made in the sandbox's /tmp since an earlier probe."""
+def _probe_inode(directory, kernel=None):
+    """(inode number, directory offset) that a new file in `directory` gets now (the file is
+    removed again); None when it cannot be made. tmpfs numbers inodes from one counter per
+    mount, and since Linux 6.6 gives each new directory entry (a file, a hard link, a rename's
+    new name) the next offset of a counter per directory: the two tell how many files and
+    entries were made in the sandbox's /tmp since an earlier probe. The offset is None where
+    it cannot be read (no `kernel`, or no getdents64 number for this machine)."""
     path = directory + "/.inode-probe"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except OSError:
         return None
     try:
-        return os.fstat(fd).st_ino
+        return os.fstat(fd).st_ino, (_entry_offset(kernel, directory, b".inode-probe") if kernel else None)
     finally:
         os.close(fd)
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def _entry_offset(kernel, directory, name):
+    """The directory offset of entry `name` in `directory`: getdents64 reports each entry with
+    the offset of the entry after it (d_off), so the entry before `name` carries it. None when
+    it cannot be read."""
+    number = SYS_GETDENTS64.get(os.uname().machine)
+    if number is None:
+        return None
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        buffer = kernel._buffer(bytes(8192))
+        previous = None
+        while True:
+            count = kernel.syscall(number, fd, kernel._addressof(buffer), 8192, 0)
+            if count <= 0:
+                return None
+            data = bytes(memoryview(buffer))[:count]
+            at = 0
+            while at < count:  # struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name
+                offset = int.from_bytes(data[at + 8 : at + 16], "little", signed=True)
+                length = int.from_bytes(data[at + 16 : at + 18], "little")
+                if length <= 0:
+                    return None
+                if data[at + 19 : at + length].split(b"\0", 1)[0] == name:
+                    return previous
+                previous = offset
+                at += length
+    except Exception:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _own_cpu(resource):
@@ -790,7 +829,7 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     stopped = False
     # The job process was the last PID handed out, and its probe the last inode made in /tmp.
     first_pid = os.getpid() if pid_namespace else 0
-    first_inode = _probe_inode(work_dir) if pid_namespace else None
+    first_probe = _probe_inode(work_dir, kernel) if pid_namespace else None
     first_state = _namespace_state(work_dir) if pid_namespace else None
     forked = 0
     for index, kind in enumerate(header["kinds"]):
@@ -871,12 +910,18 @@ def _run_job(header, payload_fd, result_fd, protected, kernel, resource, mode):
     clean = _wipe(work_dir, mode) and not (pid_namespace and _leftovers())
     if pid_namespace and clean:
         # Each case's process wrote one main.py, and a case not run (compile error, stop after
-        # a timeout) is made up with one probe, so tmpfs's inode counter moved by one per case
-        # (plus the probes). A program that made any other file moved it further, and the next
-        # program would read that in its own main.py's inode number: the sandbox retires.
+        # a timeout) is made up with one probe, so tmpfs's inode counter and /tmp's entry
+        # offsets moved by one per case (plus the probes). A program that made any other file,
+        # hard link or rename in /tmp moved one of them further, and the next program would
+        # read that in its own files' numbers: the sandbox retires. (Before Linux 6.6 tmpfs
+        # offsets are positions in the listing and do not move: nothing to compare.)
         for _ in range(len(header["kinds"]) - forked):
-            _probe_inode(work_dir)
-        clean = first_inode is not None and _probe_inode(work_dir) == first_inode + len(header["kinds"]) + 1
+            _probe_inode(work_dir, kernel)
+        last_probe = _probe_inode(work_dir, kernel)
+        steps = len(header["kinds"]) + 1
+        clean = (first_probe is not None and last_probe is not None and last_probe[0] == first_probe[0] + steps
+                 and (last_probe[1] == first_probe[1] or (first_probe[1] is not None
+                                                          and last_probe[1] == first_probe[1] + steps)))
     if pid_namespace and clean:
         clean = _namespace_state(work_dir) == first_state
     if pid_namespace and clean:
