@@ -54,7 +54,10 @@ def test_the_working_directory_and_home_are_a_private_writable_tmp(sandbox):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch happens only when the harness is root")
 def test_programs_run_as_an_unprivileged_uid_when_the_harness_is_root(sandbox):
-    assert sandbox.run_program("import os\nprint(os.getuid(), os.getgid())", "", SMALL).stdout == "65534 65534\n"
+    from gdpo_nemo.sandbox.isolation import SANDBOX_UID_BASE, SANDBOX_UID_SPAN
+
+    uid, gid = map(int, sandbox.run_program("import os\nprint(os.getuid(), os.getgid())", "", SMALL).stdout.split())
+    assert uid == gid and SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN  # the sandbox's own
 
 
 def test_the_program_runs_under_the_driver_as_pid_1_of_its_own_namespace(sandbox):

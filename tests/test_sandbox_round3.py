@@ -13,6 +13,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from sandbox_support import SMALL, inet_sandbox, needs_bwrap, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
@@ -273,6 +275,91 @@ def test_by_default_a_program_makes_no_tcp_or_udp_socket_and_local_ipc_works(san
     buffers in memory charged to the sandbox) is what test programs use for IPC."""
     [result] = sandbox.run_cases(SOCKETS, [Case()], SMALL)
     assert result.stdout.split("\n")[:3] == ["EAFNOSUPPORT", "EAFNOSUPPORT", "local ipc works"], result.stderr[-500:]
+
+
+FILLS_PER_UID_TABLES = """
+import errno, fcntl, os, socket, time
+pipes, raised, refused = [], 0, "none"
+for _ in range(110):  # pipe buffer pages are counted per uid (fs.pipe-user-pages-soft)
+    r, w = os.pipe()
+    pipes.append((r, w))
+    try:
+        fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ: 256 pages
+        raised += 1
+    except OSError as error:
+        refused = errno.errorcode[error.errno]
+        break
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+a.setblocking(False)
+sent, stop = 0, "none"
+for _ in range(400):  # file descriptors in flight over unix sockets, per uid
+    try:
+        socket.send_fds(a, [b"x"], [pipes[0][0]])
+        sent += 1
+    except OSError as error:
+        stop = errno.errorcode[error.errno]
+        break
+held = time.time()
+time.sleep(3)
+print(raised, refused, sent, stop, held, time.time())
+"""
+USES_PER_UID_TABLES = """
+import errno, fcntl, os, socket, time
+def attempt():
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, 1031, 1 << 20)
+        pipe = "ok"
+    except OSError as error:
+        pipe = errno.errorcode[error.errno]
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        socket.send_fds(a, [b"x"], [r])
+        fds = "ok"
+    except OSError as error:
+        fds = errno.errorcode[error.errno]
+    for fd in (r, w):
+        os.close(fd)
+    a.close(), b.close()
+    return pipe, fds
+end = time.time() + 6
+while time.time() < end:  # every 50 ms for 6 s: some attempts fall while the filler holds
+    print(time.time(), *attempt())
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("how", ["pool", "one-off"])
+def test_a_program_that_fills_the_per_uid_tables_leaves_a_concurrent_one_unharmed(sandbox, how):
+    """Class 5, with real programs side by side: one program takes every pipe page and every
+    in-flight file descriptor its uid may have and holds them; a program in the other worker's
+    sandbox, meanwhile, still gets 1 MiB pipes and sends descriptors. When every sandbox ran as
+    uid 65534 the second got EPERM and ETOOMANYREFS (checked with one uid for both workers)."""
+    import os
+
+    from tests.support.requirements import require
+
+    require(os.geteuid() == 0, "a harness running as root (CI's), which can give each sandbox its own uid")
+    limits = Limits(cpu_seconds=3, wall_seconds=12, memory_bytes=256 << 20, max_processes=8,
+                    max_output_bytes=1 << 20, tmp_bytes=SMALL.tmp_bytes)
+    jobs = [(FILLS_PER_UID_TABLES, [Case()]), (USES_PER_UID_TABLES, [Case()])]
+    if how == "pool":  # two workers' reused sandboxes
+        with SandboxPool(workers=2, sandbox=sandbox, limits=limits) as workers:
+            [[filler], [user]] = workers.run_many(jobs)
+    else:  # two one-off sandboxes started from two threads
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as threads:
+            [[filler], [user]] = threads.map(lambda job: sandbox.run_cases(*job, limits), jobs)
+    assert filler.status == "ok" and user.status == "ok", (filler.stderr[-500:], user.stderr[-500:])
+    raised, refused, sent, stop, held, released = filler.stdout.split()
+    # the filler did fill both tables (its own next request was refused)...
+    assert int(raised) > 0 and refused == "EPERM" and int(sent) > 0 and stop == "ETOOMANYREFS"
+    # ... and what the other program got while the filler held them
+    during = [line.split()[1:] for line in user.stdout.splitlines() if float(held) < float(line.split()[0]) < float(released)]
+    if not during:
+        pytest.skip("the two programs did not run at the same time (a very loaded machine)")
+    assert all(result == ["ok", "ok"] for result in during), during[:5]
 
 
 def test_each_reused_sandbox_runs_as_a_host_uid_of_its_own(sandbox):

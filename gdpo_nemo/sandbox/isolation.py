@@ -22,6 +22,7 @@ training process.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -42,6 +43,21 @@ DEVICE_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
                 ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"))
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (a pool
+# worker's, or a one-off run's): far above the ranges of users, system accounts and
+# /etc/subuid's usual 100000-... blocks. The kernel's per-uid tables (pipe buffer pages, file
+# descriptors in flight over unix sockets, process counts) are then each sandbox's own.
+SANDBOX_UID_BASE = 1_800_000_000
+SANDBOX_UID_SPAN = 100_000_000
+_SANDBOX_UIDS = itertools.count((os.getpid() * 4096) % SANDBOX_UID_SPAN)
+
+
+def own_host_uid() -> int:
+    """A host uid that no other sandbox of this process runs as (`next` on the shared counter
+    is atomic under the GIL)."""
+    return SANDBOX_UID_BASE + next(_SANDBOX_UIDS) % SANDBOX_UID_SPAN
+
+
 # The unprivileged uid/gid used when the harness is root (Debian's "nobody"/"nogroup").
 DEFAULT_UNPRIVILEGED_ID = 65534
 BACKENDS = ("bwrap", "rlimits")

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from gdpo_nemo.sandbox._tree import empty_directory
 from gdpo_nemo.sandbox.cgroups import CgroupRoot, SandboxCgroup
-from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python
+from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python, own_host_uid
 from gdpo_nemo.sandbox.limits import Limits
 
 log = logging.getLogger(__name__)
@@ -365,8 +365,9 @@ class Sandbox:
         environment variable GDPO_NEMO_SANDBOX_BACKEND (unset: "bwrap").
     python: interpreter for the programs (default `isolation.default_python()`); the driver
         needs CPython >= 3.8.
-    uid: unprivileged uid/gid to run programs as when the harness is root (default 65534);
-        ignored when the harness is not root.
+    uid: unprivileged uid/gid to run programs as when the harness is root and the backend is
+        "rlimits" (default 65534); ignored when the harness is not root. A root harness runs
+        each bubblewrap sandbox as a host uid of its own instead (`isolation.own_host_uid`).
     cgroups: give each sandbox a cgroup bounding its memory, processes and CPU as a whole
         where the machine allows it (`cgroups.CgroupRoot.detect`; default True). Where it
         does not, bounds are per process and the Sandbox warns once.
@@ -512,7 +513,9 @@ class Sandbox:
             if isolation.uid is not None:
                 os.chown(workdir, isolation.uid, isolation.uid)
         try:
-            launch = isolation.launch(limits.tmp_bytes, workdir)
+            # bubblewrap as root: a host uid of its own, as a pool worker's sandbox has
+            uid = own_host_uid() if isolation.backend == "bwrap" and isolation.uid is not None else None
+            launch = isolation.launch(limits.tmp_bytes, workdir, uid=uid)
             return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge)
         finally:
             if workdir is not None:

@@ -17,13 +17,13 @@ rest of the machine.
 
 from __future__ import annotations
 
-import itertools
 import os
 
 import subprocess
 import tempfile
 import threading
 
+from gdpo_nemo.sandbox.isolation import own_host_uid
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.runner import (
     Case,
@@ -37,13 +37,6 @@ from gdpo_nemo.sandbox.runner import (
     read_report,
     run_deadline,
 )
-
-
-# Host uids of reused sandboxes (harness running as root): far above the ranges of users,
-# system accounts and /etc/subuid's usual 100000-... blocks, one per worker of this process.
-WORKER_UID_BASE = 1_800_000_000
-WORKER_UID_SPAN = 100_000_000
-_WORKER_UIDS = itertools.count((os.getpid() * 4096) % WORKER_UID_SPAN)
 
 
 class SandboxWorker:
@@ -64,7 +57,7 @@ class SandboxWorker:
         # A host uid of its own (when the harness is root): the kernel's per-uid tables (pipe
         # buffer pages, file descriptors in flight over unix sockets, process counts) are then
         # this worker's alone, so no program can fill them for a program in another worker.
-        self.uid = None if self._isolation.uid is None else WORKER_UID_BASE + next(_WORKER_UIDS) % WORKER_UID_SPAN
+        self.uid = None if self._isolation.uid is None else own_host_uid()
         self._launch = self._isolation.launch(tmp_bytes, None, uid=self.uid)
         self._process: subprocess.Popen | None = None
         self._cgroup = None
