@@ -22,12 +22,18 @@ pays for its own input only (issue 23) or for the whole test set. Targets (issue
 runs of a trivial program per second on a 2-core machine with reused sandboxes, and
 isolation costing under 2x the baseline.
 
-    python benchmarks/bench_sandbox.py [--programs 300] [--rounds 5] [--workers N]
+With --runsc (Debian's `runsc`, gVisor, on PATH), a fourth row in the first two tables runs
+each program in a fresh gVisor sandbox (`runsc --platform=ptrace --network=none do`, a user-
+space kernel of its own per program: the backend issue 35 asked to measure), and a last table
+times a system-call-heavy program (20,000 stat calls) in each backend.
+
+    python benchmarks/bench_sandbox.py [--programs 300] [--rounds 5] [--workers N] [--runsc]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import time
@@ -57,6 +63,24 @@ def time_baseline(executor: ThreadPoolExecutor, python: str, stdins: list[list[s
     return elapsed
 
 
+# gVisor as Debian ships it (0.0~20221219): ptrace is the platform that runs in a VM without
+# nested KVM; no network; cgroups left to the caller, as `runsc do` needs for a non-container run.
+RUNSC = ["runsc", "--platform=ptrace", "--network=none", "--ignore-cgroups", "do"]
+
+
+def time_runsc(executor: ThreadPoolExecutor, python: str, stdins: list[list[str]], source: str = PROGRAM) -> float:
+    """Every program in a gVisor sandbox of its own (`runsc do`), one per case."""
+    start = time.perf_counter()
+    command = [*RUNSC, python, "-S", "-I", "-B", "-c", source]
+    futures = [executor.submit(subprocess.run, command, input=s.encode(), capture_output=True, timeout=60, check=False)
+               for program in stdins for s in program]
+    outputs = [future.result() for future in futures]
+    elapsed = time.perf_counter() - start
+    if source == PROGRAM and [o.stdout.decode() for o in outputs] != [f"{int(s) * 2}\n" for program in stdins for s in program]:
+        raise SystemExit(f"runsc produced wrong outputs: {outputs[0].stderr.decode()[-500:]}")
+    return elapsed
+
+
 def time_sandbox(pool: SandboxPool, stdins: list[list[str]], limits: Limits) -> float:
     start = time.perf_counter()
     results = pool.run_many([(PROGRAM, [Case(stdin=s) for s in program]) for program in stdins], limits)
@@ -68,10 +92,11 @@ def time_sandbox(pool: SandboxPool, stdins: list[list[str]], limits: Limits) -> 
     return elapsed
 
 
-def compare(label: str, programs: int, cases: int, rounds: int, workers: int, sandbox: Sandbox) -> None:
+def compare(label: str, programs: int, cases: int, rounds: int, workers: int, sandbox: Sandbox,
+            runsc: bool = False) -> None:
     stdins = [[str(p * cases + c) for c in range(cases)] for p in range(programs)]
     limits = Limits(cpu_seconds=5, wall_seconds=20)
-    times: dict[str, list[float]] = {"baseline": [], "fresh": [], "reused": []}
+    times: dict[str, list[float]] = {"baseline": [], "fresh": [], "reused": [], **({"runsc": []} if runsc else {})}
     with ThreadPoolExecutor(max_workers=workers) as executor, SandboxPool(
         workers, sandbox=sandbox, reuse=False
     ) as fresh, SandboxPool(workers, sandbox=sandbox, reuse=True) as reused:
@@ -82,17 +107,48 @@ def compare(label: str, programs: int, cases: int, rounds: int, workers: int, sa
             times["baseline"].append(time_baseline(executor, sandbox.python, stdins))
             times["fresh"].append(time_sandbox(fresh, stdins, limits))
             times["reused"].append(time_sandbox(reused, stdins, limits))
+            if runsc:
+                times["runsc"].append(time_runsc(executor, sandbox.python, stdins))
     print(f"\n{label}: {programs} programs x {cases} case(s), {workers} workers, {rounds} rounds")
     print(f"{'':<40}{'median':>10}{'best':>10}")
-    names = {"baseline": "baseline (no isolation)", "fresh": "sandbox, fresh", "reused": "sandbox, reused"}
+    names = {"baseline": "baseline (no isolation)", "fresh": "sandbox, fresh", "reused": "sandbox, reused",
+             **({"runsc": "gVisor runsc, fresh"} if runsc else {})}
     for key, name in names.items():
         median, best = statistics.median(times[key]), min(times[key])
         print(f"{name + ' programs/s':<40}{programs / median:>10.1f}{programs / best:>10.1f}")
         if cases > 1:
             print(f"{name + ' cases/s':<40}{programs * cases / median:>10.1f}{programs * cases / best:>10.1f}")
-    for key in ("fresh", "reused"):
+    for key in ("fresh", "reused", *(["runsc"] if runsc else [])):
         ratios = [box / base for box, base in zip(times[key], times["baseline"])]
-        print(f"{'isolation cost, ' + names[key][9:] + ' (x baseline)':<40}{statistics.median(ratios):>9.2f}x{min(ratios):>9.2f}x")
+        print(f"{'isolation cost, ' + names[key] + ' (x baseline)':<40}{statistics.median(ratios):>9.2f}x{min(ratios):>9.2f}x")
+    if runsc:
+        ratios = [gvisor / ours for gvisor, ours in zip(times["runsc"], times["fresh"])]
+        print(f"{'gVisor runsc / sandbox, fresh (x)':<40}{statistics.median(ratios):>9.2f}x{min(ratios):>9.2f}x")
+
+
+SYSCALLS = "import os\nfor _ in range(20000):\n    os.stat('/tmp')\nprint(int(input()) * 2)\n"
+
+
+def syscall_heavy(rounds: int, sandbox: Sandbox) -> None:
+    """One program making 20,000 stat calls, one at a time: where a user-space kernel pays
+    most (each call is trapped by ptrace and served by gVisor's Sentry)."""
+    limits = Limits(cpu_seconds=20, wall_seconds=60)
+    times: dict[str, list[float]] = {"baseline": [], "fresh": [], "runsc": []}
+    with ThreadPoolExecutor(max_workers=1) as executor, SandboxPool(1, sandbox=sandbox, reuse=False) as fresh:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            baseline_run(sandbox.python, SYSCALLS, "1\n")
+            times["baseline"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            [[result]] = fresh.run_many([(SYSCALLS, [Case(stdin="1\n")])], limits)
+            times["fresh"].append(time.perf_counter() - start)
+            if result.stdout != "2\n":
+                raise SystemExit(f"sandbox produced a wrong result: {result}")
+            times["runsc"].append(time_runsc(executor, sandbox.python, [["1"]], SYSCALLS))
+    print(f"\nsystem-call-heavy program (20,000 stat calls), 1 worker, {rounds} rounds")
+    print(f"{'':<40}{'median':>10}{'best':>10}")
+    for key, name in (("baseline", "baseline (s)"), ("fresh", "sandbox, fresh (s)"), ("runsc", "gVisor runsc, fresh (s)")):
+        print(f"{name:<40}{statistics.median(times[key]):>10.3f}{min(times[key]):>10.3f}")
 
 
 BIG_PROGRAM = "import sys\nprint(len(sys.stdin.buffer.read()))\n"
@@ -135,16 +191,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating baseline/sandbox rounds (default 5)")
     parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: 2 per CPU)")
     parser.add_argument("--big-cases", type=int, default=400, help="cases of 64 KiB in the big test set (default 400)")
+    parser.add_argument("--runsc", action="store_true", help="also run each program under gVisor's runsc (on PATH)")
     args = parser.parse_args()
+    if args.runsc and shutil.which("runsc") is None:
+        raise SystemExit("--runsc: no runsc on PATH (Debian: apt-get install runsc)")
     workers = args.workers or default_workers()
     sandbox = Sandbox()
     print(
         f"sandbox backend: {sandbox.active_backend}; cgroup per sandbox: {sandbox.bounded_per_sandbox}; "
         f"interpreter: {sandbox.python}; workers: {workers}"
     )
-    compare("trivial program, 1 case", args.programs, 1, args.rounds, workers, sandbox)
-    compare("trivial program, 10 cases", max(1, args.programs // 10), 10, args.rounds, workers, sandbox)
+    compare("trivial program, 1 case", args.programs, 1, args.rounds, workers, sandbox, args.runsc)
+    compare("trivial program, 10 cases", max(1, args.programs // 10), 10, args.rounds, workers, sandbox, args.runsc)
     big_test_set(args.big_cases, 64 << 10, args.rounds, sandbox)
+    if args.runsc:
+        syscall_heavy(args.rounds, sandbox)
 
 
 if __name__ == "__main__":

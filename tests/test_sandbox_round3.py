@@ -378,3 +378,19 @@ def test_each_reused_sandbox_runs_as_a_host_uid_of_its_own(sandbox):
         uids = {int(r[0].stdout) for r in results}
         kept = {worker.uid for worker in workers._kept}
     assert len(uids) == 2 and uids == kept and 65534 not in uids
+
+
+def test_the_host_channel_benchmark_runs_two_real_programs_side_by_side():
+    """benchmarks/bench_host_channel.py, whose figures docs/sandbox.md quotes for the host-wide
+    channel that remains, at toy size: it runs and reports what the receiver decoded."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "benchmarks/bench_host_channel.py", "--trials", "1", "--bits", "4"],
+                          cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    trial, summary = done.stdout.strip().splitlines()[-2:]
+    assert trial.startswith("trial 0: sent ") and " received " in trial and "(nothing" not in trial, trial
+    assert summary.startswith("raw rate 10 bits/s; bit errors "), summary
