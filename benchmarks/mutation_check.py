@@ -56,7 +56,7 @@ MUTANTS = [
            "weights = _weight_vector(names, options.reward_weights, device)", "weights = _weight_vector(names, None, device)",
            ("tests/test_advantages.py",)),
     Mutant("constant groups only when exactly equal", "gdpo_nemo/estimators/groups.py",
-           "((hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs()))", "(hi == lo)",
+           "((hi - lo) <= tolerance * torch.maximum(hi.abs(), lo.abs()))", "(hi == lo)",
            ("tests/test_advantages.py", "tests/test_estimator_defects.py", "tests/test_collapse.py")),
     Mutant("strict verl GRPO drops the weights", "gdpo_nemo/estimators/strict.py",
            "scores = scores + weight[k] * values[:, k]", "scores = scores + values[:, k]",

@@ -27,6 +27,7 @@ from gdpo_nemo.estimators import AdvantageOptions, dense
 from gdpo_nemo.estimators import kernel as dense_kernel
 from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
 
+from gdpo_nemo.estimators.groups import residue_tolerance
 from tests.support.advantages_loop import loop_advantages
 from tests.support.requirements import requires
 
@@ -98,7 +99,8 @@ def test_kernel_equals_the_loop_oracle_and_the_general_path(kinds, size, prompts
         general = _general(rewards, groups, estimator, **options)
         assert torch.allclose(ours.double(), general.double(), atol=2e-6, rtol=1e-6), (estimator, ours, general)
         preset = options.pop("preset", None)
-        loop = loop_advantages(as_lists, groups.tolist(), estimator, preset=preset, **options)
+        loop = loop_advantages(as_lists, groups.tolist(), estimator, preset=preset, **options,
+                               residue_tolerance=residue_tolerance(torch.float64))  # the rewards' dtype
         assert torch.allclose(ours.double(), torch.tensor(loop, dtype=torch.float64), atol=1e-5, rtol=1e-5), (estimator, ours, loop)
 
 
@@ -197,7 +199,7 @@ def test_ids_are_checked_in_every_block():
         lists = {k: v.tolist() for k, v in rewards.items()}
         for estimator in ("gdpo", "grpo"):
             ours = compute_advantages(rewards, ids, estimator)
-            loop = loop_advantages(lists, ids.tolist(), estimator)
+            loop = loop_advantages(lists, ids.tolist(), estimator, residue_tolerance=residue_tolerance(rewards["format"].dtype))
             assert torch.allclose(ours.double(), torch.tensor(loop, dtype=torch.float64), atol=1e-5), estimator
     assert _kernel(rewards, mixed, "gdpo") is None
     assert _kernel(rewards, repeated, "gdpo") is None

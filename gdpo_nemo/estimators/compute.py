@@ -7,6 +7,7 @@ the general path (gdpo_nemo.estimators.general), or a peer's own arithmetic with
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor
 from gdpo_nemo.estimators import kernel
 from gdpo_nemo.estimators.dense import dense_advantages, dense_group_size, kernel_advantages
 from gdpo_nemo.estimators.general import RewardOverflow
-from gdpo_nemo.estimators.groups import group_index
+from gdpo_nemo.estimators.groups import group_index, residue_tolerance
 from gdpo_nemo.estimators.options import AdvantageOptions
 from gdpo_nemo.estimators.registry import estimator_info
 from gdpo_nemo.estimators.strict import strict_advantages
@@ -41,9 +42,9 @@ def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> Adva
 
 def _as_columns(
     rewards: Mapping[str, Tensor] | Tensor, component_names: Sequence[str] | None
-) -> tuple[list[Tensor], list[str]]:
-    """The reward components as float64 Tensor[B] each (views where the input allows), and
-    their names."""
+) -> tuple[list[Tensor], list[str], list[torch.dtype]]:
+    """The reward components as float64 Tensor[B] each (views where the input allows), their
+    names, and the dtypes they came in."""
     if isinstance(rewards, Mapping):
         if component_names is not None:
             raise ValueError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
@@ -62,7 +63,7 @@ def _as_columns(
         lengths = {name: int(c.shape[0]) for name, c in zip(names, columns)}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
-        return [c.to(torch.float64) for c in columns], names
+        return [c.to(torch.float64) for c in columns], names, [c.dtype for c in columns]
     matrix = torch.as_tensor(rewards)
     if matrix.dim() != 2:
         raise ValueError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
@@ -73,8 +74,9 @@ def _as_columns(
         raise ValueError(
             f"component_names {names} must be {matrix.shape[1]} distinct names, one per column of rewards"
         )
+    dtype = matrix.dtype
     matrix = matrix.to(torch.float64)
-    return [matrix[:, k] for k in range(matrix.shape[1])], names
+    return [matrix[:, k] for k in range(matrix.shape[1])], names, [dtype]
 
 
 def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None, device: torch.device) -> Tensor:
@@ -129,7 +131,7 @@ def compute_advantages(
         over its tokens). Finite; 0 for samples whose components are all NaN.
     """
     info = estimator_info(estimator)
-    columns, names = _as_columns(rewards, component_names)
+    columns, names, dtypes = _as_columns(rewards, component_names)
     if info.multi_component and len(names) < 2:
         raise ValueError(
             f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
@@ -140,6 +142,8 @@ def compute_advantages(
         raise ValueError("rewards has no samples (B = 0)")
     device = columns[0].device
     options = _options(options, given)
+    if options.residue_tolerance is None:  # residue is the rewards' own dtype's, not float64's
+        options = replace(options, residue_tolerance=residue_tolerance(*dtypes))
     contradictions = options.problems_with(info)
     if contradictions:
         raise ValueError("; ".join(contradictions))

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.estimators import kernel
-from gdpo_nemo.estimators.options import RELATIVE_TOLERANCE, AdvantageOptions
+from gdpo_nemo.estimators.groups import tolerance_of
+from gdpo_nemo.estimators.options import AdvantageOptions
 from gdpo_nemo.estimators.registry import DenseForm, EstimatorInfo
 
 __all__ = ["dense_advantages", "dense_group_size", "kernel_advantages"]
@@ -73,7 +74,7 @@ _FLOAT32_SAFE = (1e-25, 1e25)
 
 
 def _group_statistics(
-    grouped: list[Tensor], options: AdvantageOptions, scratch: Tensor
+    grouped: list[Tensor], options: AdvantageOptions, scratch: Tensor, tolerance: float
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """Per group of each of the K tensors `grouped` [N, G]: (mean, std, constant), each
     [K, N] (constant: bool), from the group sums of x and x^2, plus a min/max over the few
@@ -83,9 +84,9 @@ def _group_statistics(
 
     The K tensors' statistics share one [2, K, N] buffer, so everything after the
     reductions is a handful of ops over all components at once rather than per component.
-    A group is constant when max - min <= RELATIVE_TOLERANCE * max(|max|, |min|); such a
-    group has a true std <= 2 * RELATIVE_TOLERANCE * |mean|, so only groups below about that
-    need their min and max."""
+    A group is constant when max - min <= tolerance * max(|max|, |min|) (`residue_tolerance`
+    of the options); such a group has a true std <= 2 * tolerance * |mean|, so only groups
+    below about that need their min and max."""
     num_groups, size = grouped[0].shape
     sums = grouped[0].new_empty((2, len(grouped), num_groups))
     total, squares = sums
@@ -106,12 +107,12 @@ def _group_statistics(
         # Every group that may be constant up to residue (0 < std <= 4e-6 |mean|) fails
         # this test, so none exists: no min / max needed.
         return mean, std, constant
-    maybe = (std > 0) & (std <= 4 * RELATIVE_TOLERANCE * magnitude)
+    maybe = (std > 0) & (std <= 4 * tolerance * magnitude)
     for k, values in enumerate(grouped):
         rows = maybe[k].nonzero().squeeze(1)
         if rows.numel():
             lo, hi = torch.aminmax(values[rows], dim=1)
-            constant[k, rows] = (hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs())
+            constant[k, rows] = (hi - lo) <= tolerance * torch.maximum(hi.abs(), lo.abs())
     if not bool(((magnitude <= _DENSE_MEAN_TO_STD * std) | constant).all()):
         return None
     return mean, std, constant
@@ -136,6 +137,7 @@ def dense_advantages(
     rewards, extreme mean / std ratios, a batch std near cancellation).
     On CPU, `gdpo_nemo.estimators.kernel` computes the same in one pass instead."""
     divide = form.divides(options)
+    tolerance = tolerance_of(options, columns)
     grouped = [column.view(-1, size) if column.is_contiguous() else column.reshape(-1, size) for column in columns]
     num_groups = grouped[0].shape[0]
     centred = grouped[0].new_empty((num_groups, size))  # sum_k f_k (x_k - m_k), float64
@@ -152,7 +154,7 @@ def dense_advantages(
             for values, w in zip(chunk[1:], weight_list[1:]):
                 total.add_(values, alpha=w)
             chunk = [total]
-        stats = _group_statistics(chunk, options, scratch[: total.shape[0]])
+        stats = _group_statistics(chunk, options, scratch[: total.shape[0]], tolerance)
         if stats is None:
             return None
         mean, std, constant = stats
@@ -187,7 +189,7 @@ def dense_advantages(
         return None  # the squares overflowed: the general path refuses, naming the reward
     if std <= 0:
         return out.zero_()
-    if std <= RELATIVE_TOLERANCE * scale:
+    if std <= tolerance * scale:
         # `scale` bounds the general path's (sum_k of the largest |w_k A_k|) from above, so
         # near cancellation that path decides, with the exact scale.
         return None
@@ -210,7 +212,7 @@ def kernel_advantages(
     return kernel.dense_advantages(
         columns, group_ids, size, weights, divide=info.dense.divides(options), sum_first=not info.multi_component,
         batch_norm=info.dense.batch_norm, eps=options.eps, ddof=options.std_ddof,
-        batch_norm_eps=options.batch_norm_eps, tolerance=RELATIVE_TOLERANCE,
+        batch_norm_eps=options.batch_norm_eps, tolerance=tolerance_of(options, columns),
     )
 
 

@@ -10,8 +10,8 @@ import math
 import torch
 from torch import Tensor
 
-from gdpo_nemo.estimators.groups import Groups, constant_within
-from gdpo_nemo.estimators.options import RELATIVE_TOLERANCE, SCALE_REWARDS, AdvantageOptions
+from gdpo_nemo.estimators.groups import Groups, constant_within, tolerance_of
+from gdpo_nemo.estimators.options import SCALE_REWARDS, AdvantageOptions
 from gdpo_nemo.estimators.registry import DenseForm, NemoRLEstimator, PlotStyle, register_estimator
 
 __all__ = ["RewardOverflow", "gdpo", "gdpo_no_bn", "grpo", "grpo_no_std"]
@@ -22,7 +22,7 @@ __all__ = ["RewardOverflow", "gdpo", "gdpo_no_bn", "grpo", "grpo_no_std"]
 # ---------------------------------------------------------------------------------------
 
 
-def _others_constant(values: Tensor, valid: Tensor, groups: Groups) -> Tensor:
+def _others_constant(values: Tensor, valid: Tensor, groups: Groups, tolerance: float) -> Tensor:
     """[B, K] bool: the valid group-mates of each sample (itself excluded) are all equal, within
     the relative tolerance that makes a whole group constant (`constant_within`).
 
@@ -41,7 +41,7 @@ def _others_constant(values: Tensor, valid: Tensor, groups: Groups) -> Tensor:
         others.append(torch.where(only_one, second, top[index]))
     hi, lo = others
     # No other valid sample at all (hi = -inf, lo = +inf) counts as constant: no variation.
-    return constant_within(hi, lo)
+    return constant_within(hi, lo, tolerance)
 
 
 def _normalize_in_groups(
@@ -55,10 +55,16 @@ def _normalize_in_groups(
     index = groups.index
     vf = valid.to(values.dtype)
     count = groups.sum(vf)  # [N, K]
-    mean = groups.sum(values * vf) / count.clamp(min=1)
     hi = groups.extreme(values, valid, "amax")
     lo = groups.extreme(values, valid, "amin")
-    constant = constant_within(hi, lo)
+    tolerance = tolerance_of(options, [values])
+    constant = constant_within(hi, lo, tolerance)
+    # The statistics of each group are taken about its smallest value, so that a constant
+    # added to every reward never reaches them: near the offset the subtraction is exact,
+    # and the mean of the differences is as precise as the rewards' spread allows.
+    base = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
+    values = torch.where(valid, values - base[index], torch.zeros_like(values))
+    mean = groups.sum(values * vf) / count.clamp(min=1)
     # Exact zero for constant groups: their mean can carry a rounding residue.
     centred = torch.where(valid & ~constant[index], values - mean[index], torch.zeros_like(values))
     sq_dev = groups.sum(centred * centred)  # [N, K]
@@ -69,11 +75,14 @@ def _normalize_in_groups(
         m = n - 1  # number of group-mates of each sample
         # r_i - mean(others) = c_i * n / m, with c_i = r_i - mean(group).
         advantage = centred * n / m.clamp(min=1)
-        # Squared deviations of the others about their own mean.
-        others_sq = (sq_dev[index] - centred * centred * n / m.clamp(min=1)).clamp(min=0)
+        # Squared deviations of the others about their own mean: the group's, less this
+        # sample's share (exact algebra), recomputed directly where that subtraction cancels.
+        removed = centred * centred * n / m.clamp(min=1)
+        others_sq = (sq_dev[index] - removed).clamp(min=0)
+        others_sq = _exact_where_cancelled(others_sq, removed, values, valid, groups)
         dof = m - options.std_ddof
         std = torch.where(dof > 0, (others_sq / dof.clamp(min=1)).sqrt(), torch.zeros_like(others_sq))
-        std = torch.where(_others_constant(values, valid, groups), torch.zeros_like(std), std)
+        std = torch.where(_others_constant(values + base[index], valid, groups, tolerance), torch.zeros_like(std), std)
         usable = valid & (m >= 1)
     else:
         advantage = centred
@@ -85,6 +94,30 @@ def _normalize_in_groups(
     if divide_by_std:
         advantage = torch.where(std > 0, advantage / (std + options.eps), advantage)
     return torch.where(usable, advantage, torch.zeros_like(advantage))
+
+
+# A difference of sums that keeps less than this fraction of what it subtracted has lost
+# more than ~6 of float64's 16 digits to cancellation: such rows are recomputed directly.
+_CANCELLED = 1e-6
+
+
+def _exact_where_cancelled(others_sq: Tensor, removed: Tensor, values: Tensor, valid: Tensor,
+                           groups: Groups) -> Tensor:
+    """`others_sq` [B, K] (each sample's group-mates' squared deviations about their mean, by
+    subtraction) with the rows where the subtraction cancelled (an outlier beside near-equal
+    mates: [1, 0, 0, 1e-8]) summed again over the mates themselves, two-pass. Such rows are
+    rare; the loop is over them only."""
+    suspect = valid & (removed > 0) & (others_sq <= _CANCELLED * removed)
+    if not bool(suspect.any()):
+        return others_sq
+    others_sq = others_sq.clone()
+    for row, column in suspect.nonzero().tolist():
+        mates = (groups.index == groups.index[row]) & valid[:, column]
+        mates[row] = False
+        pool = values[mates, column]
+        if pool.numel():
+            others_sq[row, column] = ((pool - pool.mean()) ** 2).sum()
+    return others_sq
 
 
 class RewardOverflow(ValueError):
@@ -104,7 +137,7 @@ def _batch_norm(
     """Normalize `values` [B] over the valid samples of the batch (per sample or per token).
 
     `scale` is the magnitude of the terms `values` was summed from (sum over components of
-    the largest |w_k A_k|): a batch std below RELATIVE_TOLERANCE * scale is float residue of
+    the largest |w_k A_k|): a batch std below `residue_tolerance` * scale is float residue of
     exact cancellation, and gives 0.
     """
     if token_mask is None:
@@ -119,7 +152,7 @@ def _batch_norm(
     dof = total - options.std_ddof
     var = (weight * centred * centred).sum() / dof if dof > 0 else values.new_zeros(())
     _refuse_overflow(var, "the batch's squared deviations")
-    if var <= 0 or float(var.sqrt()) <= RELATIVE_TOLERANCE * scale:
+    if var <= 0 or float(var.sqrt()) <= tolerance_of(options, [values]) * scale:
         return torch.zeros_like(values)
     if token_mask is None:
         return centred / (var.sqrt() + options.batch_norm_eps)
@@ -128,17 +161,18 @@ def _batch_norm(
 
 def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, scale: float) -> Tensor:
     """Std of `values` [B] over the valid samples (``std_ddof``); 0 when that is below
-    RELATIVE_TOLERANCE * `scale` (float residue of a constant batch) or undefined."""
+    `residue_tolerance` * `scale` (float residue of a constant batch) or undefined."""
     weight = row_valid.to(values.dtype)
     total = weight.sum()
     dof = total - options.std_ddof
     if dof <= 0:
         return values.new_zeros(())
+    values = values - values[row_valid].min()  # about the smallest: an offset never reaches the std
     mean = (weight * values).sum() / total
     var = (weight * (values - mean) ** 2).sum() / dof
     _refuse_overflow(var, "the batch's squared deviations")
     std = var.sqrt()
-    return values.new_zeros(()) if float(std) <= RELATIVE_TOLERANCE * scale else std
+    return values.new_zeros(()) if float(std) <= tolerance_of(options, [values]) * scale else std
 
 
 def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:

@@ -14,9 +14,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from gdpo_nemo.estimators.options import RELATIVE_TOLERANCE
+from gdpo_nemo.estimators.options import RESIDUE_EPSILONS
 
-__all__ = ["GroupExtremes", "Groups", "constant_within", "group_extremes", "group_index", "group_rows"]
+__all__ = ["GroupExtremes", "Groups", "constant_within", "group_extremes", "group_index", "group_rows",
+           "residue_tolerance", "tolerance_of"]
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,26 @@ def group_index(
 
 
 
-def constant_within(hi: Tensor, lo: Tensor) -> Tensor:
-    """Values between `lo` and `hi` are one value up to float residue: hi - lo <=
-    RELATIVE_TOLERANCE * max(|hi|, |lo|) (exactly equal included). An empty group (hi = -inf,
-    lo = +inf) counts as constant: no variation."""
-    return (hi < lo) | ((hi - lo) <= RELATIVE_TOLERANCE * torch.maximum(hi.abs(), lo.abs()))
+def residue_tolerance(*dtypes: torch.dtype) -> float:
+    """The relative tolerance of float residue for rewards of `dtypes`: RESIDUE_EPSILONS
+    machine epsilons of the coarsest floating one (integers and bools are exact: float64's)."""
+    floating = [torch.finfo(dtype).eps for dtype in dtypes if dtype.is_floating_point]
+    return RESIDUE_EPSILONS * max(floating or [torch.finfo(torch.float64).eps])
+
+
+def tolerance_of(options, columns) -> float:
+    """The options' `residue_tolerance`, or (None: not resolved by compute_advantages) the one
+    of the `columns`' dtypes."""
+    if options.residue_tolerance is not None:
+        return options.residue_tolerance
+    return residue_tolerance(*(column.dtype for column in columns))
+
+
+def constant_within(hi: Tensor, lo: Tensor, tolerance: float) -> Tensor:
+    """Values between `lo` and `hi` are one value up to float residue: hi - lo <= `tolerance`
+    * max(|hi|, |lo|) (exactly equal included; `residue_tolerance`). An empty group (hi =
+    -inf, lo = +inf) counts as constant: no variation."""
+    return (hi < lo) | ((hi - lo) <= tolerance * torch.maximum(hi.abs(), lo.abs()))
 
 
 def group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[Tensor, int]:
@@ -108,16 +124,19 @@ class GroupExtremes(NamedTuple):
     hi: Tensor
     lo: Tensor
     has_nan: Tensor
+    tolerance: float  # `residue_tolerance` of the values' own dtype
 
     def constant(self) -> Tensor:
         """[N] bool: the group's non-NaN values are one value up to residue (`constant_within`)."""
-        return constant_within(self.hi, self.lo)
+        return constant_within(self.hi, self.lo, self.tolerance)
 
 
 def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = None) -> GroupExtremes:
     """The extremes of `values` [B] in each group of `group_ids` [B], computed in float64 on
     the values' device. `index`: a `group_rows` index already made for these ids there."""
-    values = torch.as_tensor(values).to(torch.float64)
+    values = torch.as_tensor(values)
+    tolerance = residue_tolerance(values.dtype)
+    values = values.to(torch.float64)
     if index is None:
         index, count = group_rows(group_ids, values.device)
     else:
@@ -130,4 +149,4 @@ def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = Non
     hi = groups.extreme(column, valid, "amax").squeeze(1)
     lo = groups.extreme(column, valid, "amin").squeeze(1)
     has_nan = groups.sum((~valid).to(torch.float64)).squeeze(1) > 0
-    return GroupExtremes(index, hi, lo, has_nan)
+    return GroupExtremes(index, hi, lo, has_nan, tolerance)

@@ -13,7 +13,8 @@ that sum.
 
 The definitions are the general path's (``_normalize_in_groups``, ``_weighted_sum``,
 ``_batch_norm`` in gdpo_nemo.estimators.general): a group is constant when max - min <=
-RELATIVE_TOLERANCE * max(|max|, |min|), and its centred values are then exactly 0; a std
+tolerance * max(|max|, |min|) (the options' `residue_tolerance`), and its centred values are
+then exactly 0; a std
 of 0 leaves the centred value undivided; dividing by std + eps is multiplying by its
 reciprocal (one float64 rounding apart; tests hold the paths together).
 

@@ -16,16 +16,20 @@ from typing import Any, Mapping
 __all__ = [
     "BATCH_NORMS",
     "PRESETS",
-    "RELATIVE_TOLERANCE",
+    "RESIDUE_EPSILONS",
     "SCALE_REWARDS",
     "SINGLE_SAMPLE_GROUPS",
     "AdvantageOptions",
     "weights_problem",
 ]
 
-# Above float32 epsilon (1.2e-7): rewards usually arrive as float32, and their quantization
-# is the residue this tolerance absorbs.
-RELATIVE_TOLERANCE = 1e-6
+# Rewards that are one value up to float residue (a sum of the same terms in another order
+# differs in its last bits) count as equal: max - min <= RESIDUE_EPSILONS machine epsilons of
+# the rewards' own dtype, relative to their magnitude (float64: 4.4e-16, float32: 2.4e-7).
+# Tied to the dtype, not a fixed fraction, so that moving every reward by a constant never
+# merges rewards the dtype still tells apart (1e6 and 1e6 + 1 in float64, 1000 and 1000.0005
+# in float32: 8 units in the last place); `AdvantageOptions.residue_tolerance` overrides it.
+RESIDUE_EPSILONS = 2.0
 SCALE_REWARDS = ("group", "batch", "none")
 SINGLE_SAMPLE_GROUPS = ("raise", "zero")
 # GDPO's batch norm per sample, or per token (verl's masked_whiten; the engines then pass a
@@ -87,6 +91,10 @@ class AdvantageOptions:
     strict: bool = False
     """Reproduce the preset's peer exactly: its float32 formulas, float residue of constant
     groups included (gdpo_nemo.estimators.strict). Needs a preset."""
+    residue_tolerance: float | None = None
+    """Relative tolerance under which a group's values (and a batch's std) are one value up to
+    float residue: max - min <= tolerance * max(|max|, |min|). None: RESIDUE_EPSILONS machine
+    epsilons of the rewards' dtype (compute_advantages fills it in); 0: only exact equality."""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -154,8 +162,10 @@ class AdvantageOptions:
                 problems.append(f"{prefix}{name}: {getattr(self, name)!r}; expected true or false")
         if isinstance(self.std_ddof, bool) or self.std_ddof not in (0, 1):
             problems.append(f"{prefix}std_ddof: {self.std_ddof!r}; expected 0 or 1")
-        for name in ("eps", "batch_norm_eps"):
+        for name in ("eps", "batch_norm_eps", "residue_tolerance"):
             value = getattr(self, name)
+            if value is None and name == "residue_tolerance":
+                continue
             if not (_is_number(value) and value >= 0):
                 problems.append(f"{prefix}{name}: {value!r}; expected a finite number >= 0")
         for name, accepted in (("scale_rewards", SCALE_REWARDS), ("single_sample_groups", SINGLE_SAMPLE_GROUPS)):

@@ -10,16 +10,20 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from gdpo_nemo.estimators import PRESETS, RELATIVE_TOLERANCE, AdvantageOptions
+from gdpo_nemo.estimators import PRESETS, RESIDUE_EPSILONS, AdvantageOptions
+
+# The residue tolerance of the rewards' dtype before they became Python floats: float32's (what
+# torch.tensor makes of a list of floats, as the tests do) unless residue_tolerance is given.
+FLOAT32_TOLERANCE = RESIDUE_EPSILONS * 2.0**-23
 
 
-def _all_equal(values: list[float]) -> bool:
+def _all_equal(values: list[float], tolerance: float) -> bool:
     hi, lo = max(values), min(values)
-    return hi - lo <= RELATIVE_TOLERANCE * max(abs(hi), abs(lo))
+    return hi - lo <= tolerance * max(abs(hi), abs(lo))
 
 
-def _std(values: list[float], ddof: int) -> float:
-    if len(values) - ddof <= 0 or _all_equal(values):
+def _std(values: list[float], ddof: int, tolerance: float) -> float:
+    if len(values) - ddof <= 0 or _all_equal(values, tolerance):
         return 0.0
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - ddof))
@@ -37,9 +41,9 @@ def _normalize(values: list[float | None], options: AdvantageOptions, divide: bo
         else:
             pool = [values[j] for j in present]
         baseline = sum(pool) / len(pool)
-        std = _std(pool, options.std_ddof)
+        std = _std(pool, options.std_ddof, options.residue_tolerance)
         centred = values[i] - baseline
-        if not options.leave_one_out and _all_equal(pool):
+        if not options.leave_one_out and _all_equal(pool, options.residue_tolerance):
             centred = 0.0
         out[i] = centred / (std + options.eps) if (divide and std > 0) else centred
     return out
@@ -58,7 +62,8 @@ def loop_advantages(
 ) -> list[float]:
     """Advantages [B] as Python floats; NaN marks a missing component. Same spec as
     `compute_advantages` (token_lengths: response tokens per sample, for per-token BN)."""
-    options = AdvantageOptions(**{**(PRESETS[preset] if preset else {}), **overrides, "leave_one_out": leave_one_out})
+    options = AdvantageOptions(**{**(PRESETS[preset] if preset else {}), "residue_tolerance": FLOAT32_TOLERANCE,
+                                  **overrides, "leave_one_out": leave_one_out})
     names = list(rewards)
     weights = {name: 1.0 for name in names} | dict(reward_weights or {})
     batch = len(group_ids)
@@ -88,7 +93,7 @@ def loop_advantages(
                     advantage[b] += weights[name] * a
                     magnitude[name] = max(magnitude[name], abs(weights[name] * a))
     if scale == "batch":  # TRL: the group-centred sums over the std of all sums
-        std = _std(all_sums, options.std_ddof) if len(all_sums) > 1 else 0.0
+        std = _std(all_sums, options.std_ddof, options.residue_tolerance) if len(all_sums) > 1 else 0.0
         return [a / (std + options.eps) if std > 0 else a for a in advantage]
     if estimator != "gdpo":
         return advantage
@@ -102,7 +107,7 @@ def loop_advantages(
     if total - options.std_ddof <= 0:
         return [0.0] * batch
     var = sum(w * c * c for w, c in zip(weight, centred)) / (total - options.std_ddof)
-    if math.sqrt(var) <= RELATIVE_TOLERANCE * sum(magnitude.values()):
+    if math.sqrt(var) <= options.residue_tolerance * sum(magnitude.values()):
         return [0.0] * batch
     if token_lengths is None:
         return [c / (math.sqrt(var) + options.batch_norm_eps) for c in centred]
