@@ -251,7 +251,7 @@ def test_output_is_float32_per_sample():
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, reward_weights={"lenght": 1.0}), "unknown component"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, reward_weights={"format": float("inf")}), "finite number"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, estimator="ppo"), "unknown estimator"),
-        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, preset="openrlhf"), "unknown preset"),
+        (dict(rewards=TWO_GROUPS, group_ids=GROUPS, preset="openrlhf"), r"preset: .openrlhf.; expected one of \[.nemo_rl., .trl., .verl., None\]"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, std_ddof=2), "std_ddof"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS, eps=-1.0), "eps"),
         (dict(rewards=TWO_GROUPS, group_ids=GROUPS.float()), "integer tensor"),

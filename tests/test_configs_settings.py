@@ -219,3 +219,26 @@ def test_the_local_engine_passes_the_gdpo_blocks_estimator_options_to_compute_ad
     # sums [1, 0 | 2, 0]: centred +-0.5 and +-1, not divided by the group std (0.71, 1.41)
     assert torch.equal(got, torch.tensor([0.5, -0.5, 1.0, -1.0]))
     assert torch.equal(got, compute_advantages(rewards, groups, "grpo", preset="nemo_rl", scale_rewards="none"))
+
+
+def test_every_estimator_option_is_a_gdpo_key_declared_once():
+    # The gdpo block's estimator keys are AdvantageOptions' fields: same names and order, the
+    # field's own meaning and check, the run-config default it declares (issue 36: before,
+    # batch_norm_eps was an option no gdpo key could set).
+    from dataclasses import fields as dc_fields
+
+    from gdpo_nemo.config import settings
+
+    keys = [f.name for f in dc_fields(settings.GdpoSettings)]
+    options = list(AdvantageOptions.names())
+    assert keys[keys.index(options[0]):keys.index(options[0]) + len(options)] == options
+    rows = {path.split(".", 1)[1]: (default, meaning) for path, default, meaning, _ in describe(GdpoSettings)}
+    for item in dc_fields(AdvantageOptions):
+        assert rows[item.name] == (item.metadata["config_default"], item.metadata["meaning"]), item.name
+    composed = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", overrides=["gdpo.batch_norm_eps=0.001",
+                                                                            "gdpo.residue_tolerance=0.0"])
+    built = EstimatorSettings.from_gdpo(composed["gdpo"]).options
+    assert (built.batch_norm_eps, built.residue_tolerance) == (0.001, 0.0)
+    assert EstimatorSettings.from_gdpo(cc.compose("gsm8k", "tiny", "gdpo", overrides=["gdpo.preset=verl"])["gdpo"]).options.batch_norm_eps == 1e-8
+    with pytest.raises(cc.ConfigError, match=r"gdpo.batch_norm_eps: -1 is not accepted; expected a number >= 0.0 or null"):
+        cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", overrides=["gdpo.batch_norm_eps=-1"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gdpo_nemo.config.checks import is_int
+from gdpo_nemo.checks import is_int
 from gdpo_nemo.config.derive import derive, drop_unread_data_paths
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import config_dir, read_with_inheritance, to_plain

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from gdpo_nemo.config.checks import is_number
+from gdpo_nemo.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import TASKS, estimator_registry
+from gdpo_nemo.estimators.options import PRESETS as ESTIMATOR_PRESETS
 from gdpo_nemo.runs.rundir import checkpoints_dir
 from gdpo_nemo.runs.run_id import RunId
 
@@ -36,7 +37,7 @@ __all__ = [
     "run_id_of",
 ]
 
-NEMO_RL_GROUP_EPS = 1e-6  # the epsilon NeMo RL adds to a non-zero group std
+NEMO_RL_GROUP_EPS = ESTIMATOR_PRESETS["nemo_rl"]["eps"]  # the epsilon NeMo RL adds to a non-zero group std
 
 # Our NeMo RL environments (gdpo_nemo/engines/nemo/environment.py) and data processors
 # (gdpo_nemo/engines/nemo/data.py), one per task, registered by the plugin.

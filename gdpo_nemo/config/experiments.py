@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from gdpo_nemo.config.checks import is_int
+from gdpo_nemo.checks import is_int
 from gdpo_nemo.config.compose import compose, group_options, hydra_compose
 from gdpo_nemo.config.errors import ConfigError, first_line
 from gdpo_nemo.config.files import config_dir, experiments_dir

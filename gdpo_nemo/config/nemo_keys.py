@@ -31,7 +31,7 @@ The data format (kept small so a reader can check it against the classes):
   its fate on the local engine:
 
   - ``used(type, default, local)``: the local engine implements the key with NeMo RL's
-    meaning; a missing key takes `default`; `local` (a check of gdpo_nemo.config.checks) is
+    meaning; a missing key takes `default`; `local` (a check of gdpo_nemo.checks) is
     the range it implements, where narrower or other than the type.
   - ``refused(type, *accepted)``: an algorithm feature the local engine does not implement;
     accepted only at its neutral values (the first fills a missing key, unless it is
@@ -74,7 +74,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from gdpo_nemo.config.checks import Check, integer, is_int, mapping, number, one_of, text
+from gdpo_nemo.checks import Check, integer, is_int, mapping, number, one_of, text
 from gdpo_nemo.config.settings import GdpoSettings, estimator_check, setting_table
 
 __all__ = [

@@ -17,17 +17,16 @@ Nothing here imports torch until an estimator name is checked: the estimator reg
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping
 
-from gdpo_nemo.config.checks import Check, boolean, integer, mapping, number, one_of, text
+from gdpo_nemo.checks import Check, boolean, integer, mapping, number, one_of, text
 from gdpo_nemo.estimators.options import (
     BATCH_NORMS,
     PRESETS as _PRESET_NUMERICS,
     SCALE_REWARDS,
     SINGLE_SAMPLE_GROUPS,
     AdvantageOptions,
-    weights_problem,
 )
 
 __all__ = [
@@ -89,11 +88,6 @@ def _components_check(value) -> str | None:
     return "a non-empty list of component names or null"
 
 
-def _weights_check(value) -> str | None:
-    problem = weights_problem(value)
-    return None if problem is None else problem.split(", got")[0]
-
-
 def setting(default: Any, meaning: str, source: str, check: Check) -> Any:
     """A dataclass field carrying its documentation (`meaning`, `source`) and its `check`."""
     metadata = {"meaning": meaning, "source": source, "check": check}
@@ -141,16 +135,33 @@ class LocalSettings:
     warm_start: WarmStartSettings = section(WarmStartSettings, "supervised warm start before RL", "ours")
 
 
+def _or_null(check: Check) -> Check:
+    """`check`, also accepting null (a gdpo key whose null means "the preset's value")."""
+
+    def nullable(value):
+        if value is None:
+            return None
+        accepted = check(value)
+        return None if accepted is None else f"{accepted} or null"
+
+    return nullable
+
+
+def _option_fields() -> list[tuple[str, Any, Any]]:
+    """The gdpo block's estimator-option keys, one per AdvantageOptions field, in its order:
+    default, meaning, source and check are the field's own (`estimators.options.option`)."""
+    out = []
+    for item in fields(AdvantageOptions):
+        meta = item.metadata
+        check = meta["check"]
+        if meta["config_default"] is None and check(None) is not None:
+            check = _or_null(check)
+        out.append((item.name, Any, setting(meta["config_default"], meta["meaning"], meta["source"], check)))
+    return out
+
+
 @dataclass(frozen=True)
-class GdpoSettings:
-    """The ``gdpo:`` block of a run config (docs/interfaces.md, "Run config").
-
-    Identity keys (experiment, task, model_tag, algo) name the run (gdpo_nemo.runs.run_id); the
-    composer sets them from the chosen config groups, and the defaults below serve a
-    hand-written local config. The estimator keys are the arguments of
-    ``gdpo_nemo.estimators.compute_advantages`` of the same names.
-    """
-
+class _RunSettings:
     experiment: str = setting("local", "first part of the run id; the composer writes the experiment's name", "ours", text())
     task: str = setting("gsm8k", "the task: data, prompt and reward set (gdpo_nemo.tasks)", "paper sec. 3", one_of(*TASKS))
     model_tag: str = setting("model", "the model's short name in the run id", "ours", text())
@@ -158,39 +169,29 @@ class GdpoSettings:
     estimator: str = setting(
         "gdpo", "advantage estimator, a name of gdpo_nemo.estimators' registry", "paper Eqs. 1-6", estimator_check
     )
-    preset: str | None = setting(
-        "nemo_rl", "whose numerics the null options below take (nemo_rl, trl, verl; null: NeMo RL's defaults)",
-        "NeMo RL / TRL / verl", one_of(*PRESETS, None),
-    )
     reward_components: list | None = setting(
         None, "reward components, by name (null: the task's full set)", "paper sec. 3", _components_check
-    )
-    reward_weights: dict | None = setting(
-        None, "{component: weight} (components not named weigh 1; null: all 1)", "paper sec. 3.2", _weights_check
-    )
-    leave_one_out: bool = setting(
-        False, "baseline and std from the other samples of the group", "NeMo RL use_leave_one_out_baseline (RLOO)", boolean
-    )
-    std_ddof: int | None = setting(None, "delta degrees of freedom of every std; null: the preset's (1)", "all peers: 1", one_of(0, 1, None))
-    eps: float | None = setting(
-        None, "added to a non-zero group std; null: the preset's (nemo_rl 1e-6, trl 1e-4, verl 1e-6)",
-        "NeMo RL / TRL / verl", number(0.0, nullable=True),
     )
     batch_norm: str = setting(
         "sample", "GDPO's batch norm per sample, or per token (verl's masked_whiten)", "paper Eq. 6 / verl", one_of(*BATCH_NORMS)
     )
-    scale_rewards: str = setting(
-        "group", "what the group-centred reward is divided by: group std, batch std (grpo only), or none",
-        "TRL scale_rewards; NeMo RL normalize_rewards false = none", one_of(*SCALE_REWARDS),
-    )
-    single_sample_groups: str | None = setting(
-        None, "a group of one sample: raise, or zero advantage; null: the preset's (nemo_rl zero, else raise)",
-        "NeMo RL", one_of(*SINGLE_SAMPLE_GROUPS, None),
-    )
-    strict: bool = setting(
-        False, "reproduce the preset's peer bit for bit (its float32 formulas and residue); needs a preset",
-        "docs/estimators.md", boolean,
-    )
+
+
+# The estimator options, declared in gdpo_nemo.estimators.options (AdvantageOptions) alone.
+_WithOptions = make_dataclass("_WithOptions", _option_fields(), bases=(_RunSettings,), frozen=True)
+
+
+@dataclass(frozen=True)
+class GdpoSettings(_WithOptions):
+    """The ``gdpo:`` block of a run config (docs/interfaces.md, "Run config").
+
+    Identity keys (experiment, task, model_tag, algo) name the run (gdpo_nemo.runs.run_id); the
+    composer sets them from the chosen config groups, and the defaults below serve a
+    hand-written local config. Then the estimator, the reward components, GDPO's batch-norm
+    kind, and one key per field of ``gdpo_nemo.estimators.AdvantageOptions`` (the arguments of
+    ``compute_advantages`` of the same names), derived from that one declaration.
+    """
+
     length_limit: float | None = setting(
         None, "token limit of the length reward (math, code; null: none)", "paper sec. 3.2", number(0.0, nullable=True, above=True)
     )

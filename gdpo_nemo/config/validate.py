@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from gdpo_nemo.config import nemo_keys
-from gdpo_nemo.config.checks import is_int, is_number
+from gdpo_nemo.checks import is_int, is_number
 from gdpo_nemo.config.derive import (
     DATASET_CLASS,
     ENV_NAMES,

@@ -10,8 +10,10 @@ docs/estimators.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
+
+from gdpo_nemo.checks import boolean, number, one_of
 
 __all__ = [
     "BATCH_NORMS",
@@ -64,37 +66,64 @@ def weights_problem(weights: Any) -> str | None:
     return None
 
 
+_SAME = object()  # an option whose run-config default is its own default
+
+
+def option(default: Any, meaning: str, source: str, check, *, config_default: Any = _SAME) -> Any:
+    """An AdvantageOptions field declared once with what every other place needs of it: its
+    `meaning` and `source` (the run config's documentation, docs/interfaces.md), its `check`
+    (config.checks: None for a good value, else what is accepted; `problems()` and the gdpo
+    block's validation both use it) and its default in a run config's gdpo block
+    (`config_default`; null there means "the preset's value")."""
+    return field(default=default, metadata={
+        "meaning": meaning, "source": source, "check": check,
+        "config_default": default if config_default is _SAME else config_default})
+
+
+def _weights_check(value: Any) -> str | None:
+    problem = weights_problem(value)
+    return None if problem is None else problem.split(", got")[0]
+
+
 @dataclass(frozen=True)
 class AdvantageOptions:
     """Every option of the estimators but the estimator itself. Defaults are NeMo RL's
     numerics (the cluster engine) with a group of one sample refused; `resolve` applies a
-    preset, `from_gdpo` reads a run config's gdpo block."""
+    preset, `from_gdpo` reads a run config's gdpo block. Each field is declared once
+    (`option`): the gdpo block's keys, defaults, documentation and checks are derived from
+    these (gdpo_nemo.config.settings), so adding an option is one field here."""
 
-    preset: str | None = None
-    """Whose numerics these are ("nemo_rl", "trl", "verl"), or None; needed by `strict`."""
-    reward_weights: Mapping[str, float] | None = None
-    """{component: w_k}; components not named weigh 1 (paper: all 1). None: all 1."""
-    leave_one_out: bool = False
-    """Baseline and std from the other samples of the group (NeMo RL use_leave_one_out_baseline)."""
-    std_ddof: int = 1
-    """Delta degrees of freedom of every std (group and batch): 1 = Bessel (all peers), 0 = population."""
-    eps: float = 1e-6
-    """Added to a non-zero group std before dividing (NeMo RL 1e-6, TRL 1e-4, verl 1e-6)."""
-    batch_norm_eps: float = 0.0
-    """Per-sample BN: added to the batch std (NeMo RL 0, TRL 1e-4). Per-token BN: added to the
-    variance inside the square root (verl's masked_whiten: 1e-8)."""
-    scale_rewards: str = "group"
-    """"group": divide by the group std; "none": do not (TRL scale_rewards="none", NeMo RL
-    normalize_rewards: false); "batch" (grpo only): divide by the batch std of the reward sums (TRL)."""
-    single_sample_groups: str = "raise"
-    """A group of one sample: "raise" a ValueError, or "zero": advantage 0 (NeMo RL)."""
-    strict: bool = False
-    """Reproduce the preset's peer exactly: its float32 formulas, float residue of constant
-    groups included (gdpo_nemo.estimators.strict). Needs a preset."""
-    residue_tolerance: float | None = None
-    """Relative tolerance under which a group's values (and a batch's std) are one value up to
-    float residue: max - min <= tolerance * max(|max|, |min|). None: RESIDUE_EPSILONS machine
-    epsilons of the rewards' dtype (compute_advantages fills it in); 0: only exact equality."""
+    preset: str | None = option(
+        None, "whose numerics the null options below take (nemo_rl, trl, verl; null: NeMo RL's defaults); needed by"
+        " strict", "NeMo RL / TRL / verl", one_of(*PRESETS, None), config_default="nemo_rl")
+    reward_weights: Mapping[str, float] | None = option(
+        None, "{component: weight} (components not named weigh 1; null: all 1)", "paper sec. 3.2", _weights_check)
+    leave_one_out: bool = option(
+        False, "baseline and std from the other samples of the group", "NeMo RL use_leave_one_out_baseline (RLOO)",
+        boolean)
+    std_ddof: int = option(
+        1, "delta degrees of freedom of every std (group and batch): 1 Bessel, 0 population; null: the preset's (1)",
+        "all peers: 1", one_of(0, 1), config_default=None)
+    eps: float = option(
+        PRESETS["nemo_rl"]["eps"], "added to a non-zero group std before dividing; null: the preset's (nemo_rl 1e-6, trl 1e-4, verl 1e-6)",
+        "NeMo RL / TRL / verl", number(0.0), config_default=None)
+    batch_norm_eps: float = option(
+        PRESETS["nemo_rl"]["batch_norm_eps"], "GDPO's batch norm: per sample added to the batch std, per token inside the square root of the"
+        " variance; null: the preset's (nemo_rl 0, trl 1e-4, verl 1e-8)", "NeMo RL / TRL / verl masked_whiten",
+        number(0.0), config_default=None)
+    scale_rewards: str = option(
+        "group", "what the group-centred reward is divided by: group std, batch std (grpo only), or none",
+        "TRL scale_rewards; NeMo RL normalize_rewards false = none", one_of(*SCALE_REWARDS))
+    single_sample_groups: str = option(
+        "raise", "a group of one sample: raise, or zero advantage; null: the preset's (nemo_rl zero, else raise)",
+        "NeMo RL", one_of(*SINGLE_SAMPLE_GROUPS), config_default=None)
+    strict: bool = option(
+        False, "reproduce the preset's peer bit for bit (its float32 formulas and residue); needs a preset",
+        "docs/estimators.md", boolean)
+    residue_tolerance: float | None = option(
+        None, "relative tolerance under which a group's rewards are one value up to float residue (max - min <="
+        " tolerance x max(|max|, |min|)); null: 2 machine epsilons of the rewards' dtype; 0: exact equality only",
+        "ours (docs/estimators.md)", number(0.0, nullable=True))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -150,27 +179,14 @@ class AdvantageOptions:
 
     def problems(self, prefix: str = "") -> list[str]:
         """What is wrong with these options, one line each naming the option (`prefix` before
-        each name: "gdpo." in a run config); empty: nothing."""
+        each name: "gdpo." in a run config); empty: nothing. Each field's own `check`, then
+        what no single field can say."""
         problems = []
-        if self.preset is not None and self.preset not in PRESETS:
-            problems.append(f"{prefix}preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)} or null")
-        weights = weights_problem(self.reward_weights)
-        if weights:
-            problems.append(f"{prefix}reward_weights: expected {weights}")
-        for name in ("leave_one_out", "strict"):
-            if not isinstance(getattr(self, name), bool):
-                problems.append(f"{prefix}{name}: {getattr(self, name)!r}; expected true or false")
-        if isinstance(self.std_ddof, bool) or self.std_ddof not in (0, 1):
-            problems.append(f"{prefix}std_ddof: {self.std_ddof!r}; expected 0 or 1")
-        for name in ("eps", "batch_norm_eps", "residue_tolerance"):
-            value = getattr(self, name)
-            if value is None and name == "residue_tolerance":
-                continue
-            if not (_is_number(value) and value >= 0):
-                problems.append(f"{prefix}{name}: {value!r}; expected a finite number >= 0")
-        for name, accepted in (("scale_rewards", SCALE_REWARDS), ("single_sample_groups", SINGLE_SAMPLE_GROUPS)):
-            if getattr(self, name) not in accepted:
-                problems.append(f"{prefix}{name}: {getattr(self, name)!r}; expected one of {list(accepted)}")
+        for item in fields(self):
+            value = getattr(self, item.name)
+            accepted = item.metadata["check"](value)
+            if accepted is not None:
+                problems.append(f"{prefix}{item.name}: {value!r}; expected {accepted}")
         if self.strict is True and self.preset is None:
             problems.append(
                 f"{prefix}strict: true reproduces a peer exactly and needs {prefix}preset ({', '.join(PRESETS)})"

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from gdpo_nemo.config import nemo_keys
-from gdpo_nemo.config.checks import is_number
+from gdpo_nemo.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import read_config_file, to_plain
 from gdpo_nemo.config.identity import reconcile_algo

@@ -1,6 +1,8 @@
-"""Value checks of config keys: each check returns None when a value is fine, else a phrase
-saying what would be accepted ("an int >= 1 or null"), for messages such as
-``gdpo.eps: -1 is not accepted; expected a number >= 0.0 or null``.
+"""Value checks of config keys and estimator options: each check returns None when a value
+is fine, else a phrase saying what would be accepted ("an int >= 1 or null"), for messages
+such as ``gdpo.eps: -1 is not accepted; expected a number >= 0.0 or null``. A leaf module
+(it imports nothing of the package), so the estimators' options declare their checks here
+without importing the config layer.
 
 The settings classes (`gdpo_nemo.config.settings`) and the local engine's ranges of NeMo RL
 keys in the key tree (`gdpo_nemo.config.nemo_keys`) build their checks from these.
