@@ -504,7 +504,7 @@ def test_prompt_longer_than_the_limit_is_masked_out(tiny_tokenizer_dir):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
     row = data.task_rows("gsm8k", "train", limit=1)[0]
-    datum = data.gsm8k_processor(row, None, tokenizer, 16, 0)
+    datum = data.PROCESSORS["gdpo_gsm8k"](row, None, tokenizer, 16, 0)
     assert datum["loss_multiplier"] == 0.0 and len(datum["message_log"][0]["token_ids"]) == 4
     assert datum["length"] > 16
 
@@ -514,14 +514,14 @@ def test_system_prompt_file_replaces_the_rows_system_message(tiny_tokenizer_dir)
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
     row = data.task_rows("gsm8k", "train", limit=1)[0]
-    datum = data.gsm8k_processor(row, SimpleNamespace(system_prompt="Be brief."), tokenizer, None, 0)
+    datum = data.PROCESSORS["gdpo_gsm8k"](row, SimpleNamespace(system_prompt="Be brief."), tokenizer, None, 0)
     assert datum["message_log"][0]["content"].startswith("<|im_start|>system\nBe brief.<|im_end|>")
 
 
 def test_processor_rejects_rows_of_another_task(tiny_tokenizer_dir):
     row = data.task_rows("gsm8k", "train", limit=1)[0]
     with pytest.raises(ValueError, match="processor 'gdpo_math' got a row of task_name 'gdpo_gsm8k'"):
-        data.math_processor(row, None, None, None, 0)
+        data.PROCESSORS["gdpo_math"](row, None, None, None, 0)
 
 
 def test_registered_names_agree_with_the_composer():

@@ -336,3 +336,39 @@ def test_demonstration_wording_varies_with_the_rng():
     task = get_task("toolcall")
     example = task.load(limit=1)[0]
     assert len({task.demonstration(example, random.Random(seed)) for seed in range(20)}) > 1
+
+
+def test_every_list_of_tasks_is_the_task_registry():
+    # Issue 36: a registered task carries its rewards, its NeMo RL processor and its
+    # evaluation; every list of tasks elsewhere is derived from gdpo_nemo.tasks.TASKS.
+    from gdpo_nemo import rewards
+    from gdpo_nemo.commands import score
+    from gdpo_nemo.config import derive, settings
+    from gdpo_nemo.engines.nemo import data
+    from gdpo_nemo.evaluation import datasets, runner
+    from gdpo_nemo.sweep import render
+
+    names = list(TASKS)
+    assert names == ["toolcall", "gsm8k", "math", "code"]
+    assert list(settings.TASKS) == list(rewards.TASKS) == list(score.TASK_CHOICES) == names
+    assert list(data.PROCESSORS) == list(derive.PROCESSOR_NAMES.values()) == [f"gdpo_{n}" for n in names]
+    assert [data.PROCESSORS[f"gdpo_{n}"].__name__ for n in names] == [f"{n}_processor" for n in names]
+    assert runner.TASK_BENCHMARKS == {n: TASKS[n].benchmarks for n in names if TASKS[n].evaluation == "runner"}
+    assert set(render.EVAL_TASKS) == {n for n in names if TASKS[n].evaluation} == {"toolcall", "math", "code"}
+    assert (datasets.MATH_BENCHMARKS, datasets.CODE_BENCHMARKS) == (TASKS["math"].benchmarks, TASKS["code"].benchmarks)
+    for name in names:
+        assert rewards.task_rewards(name).task == name  # the table the task names is its own
+
+
+def test_a_task_class_must_name_its_rewards_and_a_consistent_evaluation():
+    import dataclasses
+
+    from gdpo_nemo.tasks import register_task
+    from gdpo_nemo.tasks.gsm8k import Gsm8kTask
+
+    for attributes, message in (({"rewards": ""}, "needs rewards"),
+                                ({"evaluation": "runner", "benchmarks": ()}, "evaluation is None")):
+        cls = dataclasses.dataclass(frozen=True)(type("Toy", (Gsm8kTask,), {"name": "toy", **attributes}))
+        with pytest.raises(ValueError, match=message):
+            register_task(cls)
+    assert "toy" not in TASKS

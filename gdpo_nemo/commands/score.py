@@ -13,8 +13,9 @@ import argparse
 import sys
 
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
+from gdpo_nemo.tasks import TASKS
 
-TASK_CHOICES = ("toolcall", "gsm8k", "math", "code")
+TASK_CHOICES = tuple(TASKS)  # the task registry's names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

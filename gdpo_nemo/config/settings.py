@@ -21,6 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping
 
 from gdpo_nemo.checks import Check, boolean, integer, mapping, number, one_of, text
+from gdpo_nemo.tasks import TASKS as _REGISTERED_TASKS
 from gdpo_nemo.estimators.options import (
     BATCH_NORMS,
     PRESETS as _PRESET_NUMERICS,
@@ -51,7 +52,7 @@ __all__ = [
 
 # The estimators' own option values (gdpo_nemo.estimators.options, torch-free).
 PRESETS = tuple(_PRESET_NUMERICS)
-TASKS = ("toolcall", "gsm8k", "math", "code")
+TASKS = tuple(_REGISTERED_TASKS)  # gdpo_nemo.tasks' registry (the built-in four; see task_check)
 ENGINES = ("local", "nemo")
 COMPUTED_BY = ("nemo_rl", "gdpo_nemo")
 
@@ -74,6 +75,12 @@ def estimator_names() -> tuple[str, ...]:
 def multi_component_estimators() -> tuple[str, ...]:
     """The estimators that normalize each reward component separately (need >= 2)."""
     return tuple(name for name, info in estimator_registry().items() if info.multi_component)
+
+
+def task_check(value) -> str | None:
+    """None for a registered task name (gdpo_nemo.tasks.TASKS, read at each check, so a task
+    registered later is accepted), else the accepted names."""
+    return None if isinstance(value, str) and value in _REGISTERED_TASKS else f"one of {list(_REGISTERED_TASKS)}"
 
 
 def estimator_check(value) -> str | None:
@@ -163,7 +170,7 @@ def _option_fields() -> list[tuple[str, Any, Any]]:
 @dataclass(frozen=True)
 class _RunSettings:
     experiment: str = setting("local", "first part of the run id; the composer writes the experiment's name", "ours", text())
-    task: str = setting("gsm8k", "the task: data, prompt and reward set (gdpo_nemo.tasks)", "paper sec. 3", one_of(*TASKS))
+    task: str = setting("gsm8k", "the task: data, prompt and reward set (gdpo_nemo.tasks)", "paper sec. 3", task_check)
     model_tag: str = setting("model", "the model's short name in the run id", "ours", text())
     algo: str = setting("gdpo", "the algorithm's name in the run id (e.g. gdpo_wlen0.5)", "ours", text())
     estimator: str = setting(

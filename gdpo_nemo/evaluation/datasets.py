@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gdpo_nemo.rewards.math_rewards import boxed_content
+from gdpo_nemo.tasks import TASKS
 
-MATH_BENCHMARKS = ("math", "aime", "amc", "minerva", "olympiad")
-CODE_BENCHMARKS = ("apps", "codecontests", "codeforces", "taco")
+# The benchmarks each task declares (gdpo_nemo.tasks): the math ones give a boxed answer, the
+# code ones a program judged on test cases.
+MATH_BENCHMARKS = TASKS["math"].benchmarks
+CODE_BENCHMARKS = TASKS["code"].benchmarks
 QUESTION_KEYS = ("problem", "question", "Problem", "prompt")
 ANSWER_KEYS = ("answer", "Answer", "final_answer", "expected_answer")
 CODE_STATEMENT_KEYS = ("question", "description", "problem", "prompt")

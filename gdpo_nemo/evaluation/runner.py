@@ -20,10 +20,12 @@ from pathlib import Path
 
 from gdpo_nemo.evaluation import datasets, metrics
 from gdpo_nemo.runs import rundir
+from gdpo_nemo.tasks import TASKS
 from gdpo_nemo.tasks.base import chat
 from gdpo_nemo.tasks.prompts import CODE_SYSTEM_PROMPT, math_user_prompt
 
-TASK_BENCHMARKS = {"math": datasets.MATH_BENCHMARKS, "code": datasets.CODE_BENCHMARKS}
+# The benchmarks of each task this runner evaluates: the task registry's (gdpo_nemo.tasks).
+TASK_BENCHMARKS = {name: cls.benchmarks for name, cls in TASKS.items() if cls.evaluation == "runner"}
 
 
 def check_benchmarks(task: str, benchmarks: list) -> list:

@@ -27,17 +27,14 @@ from gdpo_nemo.rewards.base import BatchResult, RewardDataError, TaskRewards, lo
 
 __all__ = ["TASKS", "RewardDataError", "RewardSet", "TaskRewards", "get_reward_set", "task_rewards"]
 
-TASKS = ("toolcall", "gsm8k", "math", "code")
-_TASK_MODULES = {
-    "toolcall": "gdpo_nemo.rewards.toolcall",
-    "gsm8k": "gdpo_nemo.rewards.gsm8k",
-    "math": "gdpo_nemo.rewards.math_rewards",
-}
+from gdpo_nemo.tasks import TASKS as _REGISTERED  # noqa: E402  (each task names its reward table)
+
+TASKS = tuple(_REGISTERED)
 CODE_MODULE = "gdpo_nemo.rewards.code"
 CODE_DEFAULT_LENGTH_LIMIT = 4000
 
 
-def _code_task_rewards() -> TaskRewards:
+def code_task_rewards() -> TaskRewards:
     """The code task, delegating to `gdpo_nemo.rewards.code.score_code_batch` (imported lazily:
     it pulls in the sandbox)."""
     try:
@@ -71,12 +68,13 @@ def _code_task_rewards() -> TaskRewards:
 
 
 def task_rewards(task: str) -> TaskRewards:
-    """The `TaskRewards` table of `task` (one of TASKS)."""
-    if task == "code":
-        return _code_task_rewards()
-    if task not in _TASK_MODULES:
-        raise ValueError(f"unknown reward task {task!r}; accepted: {', '.join(TASKS)}")
-    return importlib.import_module(_TASK_MODULES[task]).TASK_REWARDS
+    """The `TaskRewards` table of `task`, a registered task (gdpo_nemo.tasks.TASKS): its
+    `rewards` names the table, or a function that builds it."""
+    if task not in _REGISTERED:
+        raise ValueError(f"unknown reward task {task!r}; accepted: {', '.join(_REGISTERED)}")
+    module, attribute = _REGISTERED[task].rewards.split(":")
+    table = getattr(importlib.import_module(module), attribute)
+    return table() if callable(table) else table
 
 
 def _check_length(name: str, values: object, expected: int) -> list:

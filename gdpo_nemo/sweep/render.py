@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import ClusterProfile
+from gdpo_nemo.tasks import TASKS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = REPO_ROOT / "slurm" / "templates"
@@ -176,8 +177,9 @@ def render_script(
     return fill(template, values)
 
 
-# The benchmarks that evaluate each training task (docs/eval.md); gsm8k has none in the paper.
-EVAL_TASKS = {"toolcall": "toolcall", "math": "math", "code": "code"}
+# The training tasks with an evaluation (docs/eval.md; the task registry's `evaluation`):
+# `gdpo-nemo eval --task` takes the task's own name. gsm8k has none in the paper.
+EVAL_TASKS = {name: name for name, cls in TASKS.items() if cls.evaluation is not None}
 
 
 def render_eval_script(*, run_id: RunId, profile: ClusterProfile, run_dir: Path, log_path: Path,

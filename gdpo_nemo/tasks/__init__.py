@@ -38,6 +38,7 @@ offline sets' contents are described in docs/tasks.md and in each task's module.
 from gdpo_nemo.tasks.base import TASKS, Example, Task, get_task, register_task
 
 # Importing the task modules registers them in TASKS.
-from gdpo_nemo.tasks import code_problems, gsm8k, math_problems, toolcall  # noqa: E402,F401  isort: skip
+# In this order (tool calling, GSM8K, math, code) every list of tasks shows them.
+from gdpo_nemo.tasks import toolcall, gsm8k, math_problems, code_problems  # noqa: E402,F401  isort: skip
 
 __all__ = ["TASKS", "Example", "Task", "get_task", "register_task"]

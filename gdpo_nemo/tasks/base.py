@@ -81,9 +81,23 @@ def chat(system: str | None, user: str) -> list:
 class Task:
     """Base of the four paper tasks. Subclasses are frozen dataclasses whose fields are the
     task's options (so `get_task(name, **options)` checks option names and keeps them
-    immutable), and set `name` and `default_sizes`."""
+    immutable), and set `name`, `rewards` and, where they differ from the defaults,
+    `default_sizes`, `evaluation` and `benchmarks`.
+
+    A registered task is the one place that names what belongs to it; every list of tasks
+    (the gdpo.task key, `gdpo-nemo score --task`, the reward sets, NeMo RL's data processors
+    `gdpo_<name>`, the evaluation and the sweep's evaluation jobs) is derived from `TASKS`.
+    A new task is its module here (registered with `register_task` and imported by
+    gdpo_nemo/tasks/__init__.py), its reward module and its config group."""
 
     name: ClassVar[str] = ""
+    # "module:attribute" of the task's reward table: a `TaskRewards`, or a function that
+    # builds one (gdpo_nemo.rewards.task_rewards).
+    rewards: ClassVar[str] = ""
+    # How a model trained on the task is evaluated: "bfcl" (gdpo_nemo.evaluation.bfcl),
+    # "runner" (gdpo_nemo.evaluation.runner on `benchmarks`), or None (none in the paper).
+    evaluation: ClassVar[str | None] = None
+    benchmarks: ClassVar[tuple[str, ...]] = ()
     # Offline items per split when `load` gets no limit.
     default_sizes: ClassVar[dict] = {"train": 2000, "validation": 200}
 
@@ -222,6 +236,10 @@ def register_task(cls):
     """Class decorator: make a `Task` subclass available to `get_task` under `cls.name`."""
     if not cls.name or cls.name in TASKS:
         raise ValueError(f"task class {cls.__name__} needs a new, non-empty name (got {cls.name!r})")
+    if cls.rewards.count(":") != 1:
+        raise ValueError(f"task class {cls.__name__} needs rewards = 'module:attribute' of its reward table")
+    if cls.evaluation not in (None, "bfcl", "runner") or (cls.evaluation == "runner") != bool(cls.benchmarks):
+        raise ValueError(f"task class {cls.__name__}: evaluation is None, 'bfcl' or 'runner' (with benchmarks)")
     TASKS[cls.name] = cls
     return cls
 

@@ -321,6 +321,9 @@ class CodeTask(Task):
     """
 
     name = "code"
+    rewards = "gdpo_nemo.rewards:code_task_rewards"
+    evaluation = "runner"
+    benchmarks = ("apps", "codecontests", "codeforces", "taco")
     default_sizes = {"train": 256, "validation": 32}
     templates: tuple = tuple(TEMPLATES)
     cases_per_problem: int = 5

@@ -68,6 +68,7 @@ class Gsm8kTask(Task):
     """
 
     name = "gsm8k"
+    rewards = "gdpo_nemo.rewards.gsm8k:TASK_REWARDS"
     operations: tuple = ("add", "subtract", "multiply")
     max_operand: int = 99
 

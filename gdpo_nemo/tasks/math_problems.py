@@ -120,6 +120,9 @@ class MathTask(Task):
     """
 
     name = "math"
+    rewards = "gdpo_nemo.rewards.math_rewards:TASK_REWARDS"
+    evaluation = "runner"
+    benchmarks = ("math", "aime", "amc", "minerva", "olympiad")
     families: tuple = tuple(FAMILIES)
 
     def __post_init__(self) -> None:

@@ -50,6 +50,8 @@ class ToolCallTask(Task):
     """
 
     name = "toolcall"
+    rewards = "gdpo_nemo.rewards.toolcall:TASK_REWARDS"
+    evaluation = "bfcl"
     tools_per_prompt: int = 3
     two_call_share: float = 0.2
     no_call_share: float = 0.1

@@ -22,15 +22,14 @@ from typing import Any, Mapping
 
 import torch
 
+from gdpo_nemo.tasks import TASKS
+
 __all__ = [
     "PROCESSORS",
     "build_datum",
-    "code_processor",
-    "gsm8k_processor",
-    "math_processor",
+    "processor_for",
     "task_name_of",
     "task_rows",
-    "toolcall_processor",
 ]
 
 
@@ -122,30 +121,18 @@ def build_datum(
     }
 
 
-def toolcall_processor(datum, task_data_spec, tokenizer, max_seq_length, idx):
-    """ToolRL rows (system prompt with **Available Tools**, the dialogue as user message)."""
-    return build_datum(datum, task_data_spec, tokenizer, max_seq_length, idx, task="toolcall")
+def processor_for(task: str):
+    """NeMo RL's data processor of `task`'s rows (`build_datum` for that task), named
+    ``<task>_processor`` for NeMo RL's registry and logs."""
+
+    def processor(datum, task_data_spec, tokenizer, max_seq_length, idx):
+        return build_datum(datum, task_data_spec, tokenizer, max_seq_length, idx, task=task)
+
+    processor.__name__ = processor.__qualname__ = f"{task}_processor"
+    processor.__doc__ = f"Rows of the {task!r} task as NeMo RL's DatumSpec (build_datum)."
+    return processor
 
 
-def gsm8k_processor(datum, task_data_spec, tokenizer, max_seq_length, idx):
-    """GSM8K rows (the <think>/<answer> system prompt, the question as user message)."""
-    return build_datum(datum, task_data_spec, tokenizer, max_seq_length, idx, task="gsm8k")
-
-
-def math_processor(datum, task_data_spec, tokenizer, max_seq_length, idx):
-    """DeepScaleR rows: one user message, the problem plus DeepSeek-R1's instruction."""
-    return build_datum(datum, task_data_spec, tokenizer, max_seq_length, idx, task="math")
-
-
-def code_processor(datum, task_data_spec, tokenizer, max_seq_length, idx):
-    """Eurus-2-RL code rows; the tests ride along in extra_env_info for the sandbox."""
-    return build_datum(datum, task_data_spec, tokenizer, max_seq_length, idx, task="code")
-
-
-# NeMo RL processor name -> function (registered by plugin.register with register_processor).
-PROCESSORS = {
-    "gdpo_toolcall": toolcall_processor,
-    "gdpo_gsm8k": gsm8k_processor,
-    "gdpo_math": math_processor,
-    "gdpo_code": code_processor,
-}
+# NeMo RL processor name -> function, one per registered task (registered by plugin.register
+# with register_processor).
+PROCESSORS = {task_name_of(task): processor_for(task) for task in TASKS}
