@@ -107,7 +107,7 @@ def test_nemo_engine_needs_container_and_checkout_local_engine_does_not():
     profile.check_engine("local")
     with pytest.raises(SweepError, match="lacks container, nemo_rl_dir, which the nemo engine needs"):
         profile.check_engine("nemo")
-    with pytest.raises(SweepError, match="engine 'ray' is not known: use one of nemo, local"):
+    with pytest.raises(SweepError, match="engine 'ray' is not known: use one of local, nemo"):
         profile.check_engine("ray")
 
 

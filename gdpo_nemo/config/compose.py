@@ -138,6 +138,17 @@ def compose(
 
 
 
+def engine_of_file(path, overrides: Sequence[str] = ()) -> str | None:
+    """The `gdpo.engine` a run config file (with `overrides`) asks for, read without
+    validating (the gdpo block's default when it names none; None when it has no gdpo block):
+    an engine's entry point says at once that a config is another engine's."""
+    config = to_plain(apply_overrides(to_plain(read_with_inheritance(path)), overrides))
+    gdpo = config.get("gdpo")
+    if not isinstance(gdpo, dict):
+        return None
+    return gdpo.get("engine", gdpo_defaults()["engine"])
+
+
 def load_config_file(path, overrides: Sequence[str] = ()) -> dict:
     """Read a run config YAML as NeMo RL does (`defaults:` inheritance, `_override_`),
     apply Hydra-grammar overrides, resolve interpolations, fill the gdpo keys the file

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from gdpo_nemo.checks import Check, integer, is_int, mapping, number, one_of, text
+from gdpo_nemo.engines.contract import ENGINES as _ENGINE_REGISTRY
 from gdpo_nemo.config.settings import GdpoSettings, estimator_check, setting_table
 
 __all__ = [
@@ -102,7 +103,7 @@ __all__ = [
 ]
 
 WHEN_ENABLED = "__when_enabled__"
-ENGINES = ("nemo", "local")
+ENGINES = tuple(_ENGINE_REGISTRY)  # gdpo_nemo.engines.contract: each engine's fate of a key is its walk
 USED, IGNORED, REFUSED = "used", "ignored", "refused"
 
 

@@ -21,6 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping
 
 from gdpo_nemo.checks import Check, boolean, integer, mapping, number, one_of, text
+from gdpo_nemo.engines.contract import ENGINES as _ENGINE_REGISTRY
 from gdpo_nemo.tasks import TASKS as _REGISTERED_TASKS
 from gdpo_nemo.estimators.options import (
     BATCH_NORMS,
@@ -53,7 +54,7 @@ __all__ = [
 # The estimators' own option values (gdpo_nemo.estimators.options, torch-free).
 PRESETS = tuple(_PRESET_NUMERICS)
 TASKS = tuple(_REGISTERED_TASKS)  # gdpo_nemo.tasks' registry (the built-in four; see task_check)
-ENGINES = ("local", "nemo")
+ENGINES = tuple(_ENGINE_REGISTRY)  # gdpo_nemo.engines.contract
 COMPUTED_BY = ("nemo_rl", "gdpo_nemo")
 
 
