@@ -21,7 +21,7 @@ import importlib
 import os
 import sys
 
-from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, parse_with_overrides, report_error
+from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, DefaultsHelpFormatter, parse_with_overrides, report_error
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,20 +37,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nemo-smoke": ("gdpo_nemo.commands.nemo_smoke", "run a NeMo RL run config through NeMo RL's grpo_train on this CPU"),
     "eval": ("gdpo_nemo.commands.eval", "evaluate a checkpoint on BFCL-v3, math or code benchmarks"),
 }
-
-
-class DefaultsHelpFormatter(argparse.HelpFormatter):
-    """Help that ends each flag's line with its default, when it has one worth saying (not
-    None, False or empty)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        default = action.default
-        if "%(default)" in text or default is None or default is False or default is argparse.SUPPRESS or default in ([], ""):
-            return text
-        if action.option_strings or action.nargs in ("?", "*"):
-            return f"{text} (default: %(default)s)"
-        return text
 
 
 def _load(name: str):
@@ -108,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         # Bad input (a key, a file, an option): one clear line, no traceback.
         return report_error(f"gdpo-nemo {args.command}", err, BAD_INPUT)
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
+        # A path that cannot be read or written (an output folder on a read-only disk, a
+        # missing input): the path and why, in one line.
+        if err.filename is None:
+            raise
+        why = err.strerror or type(err).__name__
+        return report_error(f"gdpo-nemo {args.command}", f"{err.filename}: {why} (check the path, or pick another)",
+                            BAD_INPUT)
     except BrokenPipeError:
         # The reader of our output went away (`gdpo-nemo config list | head`): stop quietly,
         # as other command-line tools do, instead of a traceback.

@@ -145,3 +145,32 @@ def test_an_interrupted_quickstart_is_continued_by_the_same_command():
     assert resume_hint(default) == "gdpo-nemo quickstart --out runs/quickstart"
     assert resume_hint(argparse.Namespace(out="my runs", steps=4, config="c.yaml")) == (
         "gdpo-nemo quickstart --out 'my runs' --steps 4 --config c.yaml")
+
+
+def test_an_output_file_in_a_new_folder_is_written_and_an_impossible_path_is_one_line(tmp_path):
+    # Issue 37: `config show -o /nonexistent/dir/run.yaml` ended in a 14-line traceback.
+    target = tmp_path / "new" / "folder" / "run.yaml"
+    done = cli("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo", "-o", target)
+    assert done.returncode == 0 and target.is_file(), done.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for args in (("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo", "-o", blocker / "run.yaml"),
+                 ("collapse-figures", "--out", blocker / "figures")):
+        done = cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert one_line(done).startswith(f"gdpo-nemo {args[0]}: error: {blocker}"), done.stderr
+
+
+def test_help_says_each_default_once():
+    # Issue 37: "(default paper_figures/) (default: paper_figures)", and `sweep --submit`,
+    # `--status`, `--cancel` each said "(default: dry-run)".
+    from gdpo_nemo.cli import COMMANDS
+
+    import re
+
+    for command in COMMANDS:
+        text = " ".join(cli(command, "--help").stdout.split())
+        twice = re.search(r"\(default[^)]*\)\s*\(default", text)
+        assert twice is None, (command, twice and text[max(0, twice.start() - 60):twice.end() + 20])
+        if command == "sweep":
+            assert text.count("(default: dry-run)") == 0 and text.count("dry-run") >= 1

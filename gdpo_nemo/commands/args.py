@@ -9,6 +9,7 @@ logic it calls) and printed by the entry point as one line, never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterable
 
@@ -65,3 +66,20 @@ def report_error(prog: str, message: object, code: int = BAD_INPUT) -> int:
     """
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that ends each flag's line with its default, when it has one worth saying (not
+    None, False or empty) and the help does not say it already; never for a flag that stores
+    a constant (`sweep --submit`: the shared destination's default is not this flag's)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or "default" in text.lower() or isinstance(action, argparse._StoreConstAction):
+            return text
+        if default is None or default is False or default is argparse.SUPPRESS or default in ([], ""):
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)"
+        return text

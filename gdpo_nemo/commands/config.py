@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from gdpo_nemo.commands.args import key_value
 
@@ -103,6 +104,7 @@ def _show(args: argparse.Namespace) -> int:
         refuse_what_nemo_rl_refuses({"config": config}, getattr(args, "nemo_rl_python", None))
     text = run_config.dump(config)
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)  # a new folder is made, as --out's are
         with open(args.output, "w") as handle:
             handle.write(text)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from gdpo_nemo.commands.args import BAD_INPUT, FAILED, parse_with_overrides, report_error
+from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, parse_with_overrides, report_error
 
 PROG = "gdpo-nemo nemo-smoke"
 INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
@@ -29,7 +29,7 @@ _DEFAULT_ROOT = Path("runs") / "nemo-smoke"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.formatter_class = DefaultsHelpFormatter
     parser.add_argument("config", metavar="RUN.yaml", help="a gdpo.engine: nemo run config (gdpo-nemo config show ... -o RUN.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides, applied after the CPU changes")
     parser.add_argument("--steps", type=int, default=2, help="training steps")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 from gdpo_nemo.tasks import TASKS
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         args.task, components, length_limit=args.length_limit, conditioned_length=args.conditioned_length
     )
     output_path = args.output or default_output_path(args.input)
+    if output_path != "-":
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     try:
         summary = score_file(reward_set, args.input, output_path, progress=not args.no_progress)
     except ScoringStopped as err:
