@@ -174,3 +174,16 @@ def test_help_says_each_default_once():
         assert twice is None, (command, twice and text[max(0, twice.start() - 60):twice.end() + 20])
         if command == "sweep":
             assert text.count("(default: dry-run)") == 0 and text.count("dry-run") >= 1
+
+
+def test_a_misspelled_override_and_another_engines_config_say_what_to_do_in_one_line(tmp_path):
+    # Issue 37: `config show grpo.max_num_step=3` gave Hydra's bare message; `train` on a NeMo
+    # RL config said "expected 'local'" without saying how to get one.
+    done = cli("config", "show", "task=gsm8k", "model=tiny", "algo=gdpo", "grpo.max_num_step=3")
+    assert done.returncode == 2 and "did you mean grpo.max_num_steps" in one_line(done)
+    nemo = tmp_path / "nemo.yaml"
+    assert cli("config", "show", "task=gsm8k", "model=qwen2.5-1.5b-instruct", "algo=gdpo", "cluster=nemo_1n1g",
+               "-o", nemo).returncode == 0
+    done = cli("train", "--config", nemo)
+    line = one_line(done)
+    assert done.returncode == 2 and "cluster=local" in line and "gdpo_nemo.commands.nemo_run" in line, line

@@ -16,7 +16,7 @@ from gdpo_nemo.config.derive import derive, drop_unread_data_paths
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import config_dir, read_with_inheritance, to_plain
 from gdpo_nemo.config.identity import reconcile_algo
-from gdpo_nemo.config.overrides import apply_overrides, override_key
+from gdpo_nemo.config.overrides import apply_overrides, nearest_keys, override_key
 from gdpo_nemo.config.settings import gdpo_defaults
 from gdpo_nemo.config.validate import validate
 
@@ -74,8 +74,21 @@ def _explain_hydra_error(err: Exception, overrides: list[str]) -> str:
     if "Could not override" in text or "not in struct" in text:
         bad = next((o for o in overrides if override_key(o) and f"'{override_key(o)}'" in text), None)
         where = override_key(bad) if bad else (key or "override")
+        near = _near_keys(where, overrides)
+        if near:  # the words `gdpo-nemo train` and nemo-smoke use for the same mistake
+            return f"{where}: {where!r} is not in the config: did you mean {' or '.join(near)}? (to add a new key, +{where}=value)"
         return f"{where}: {text} (add a new key with +{where}=VALUE)"
     return f"{key or 'config'}: {text}"
+
+
+def _near_keys(key: str, overrides: list[str]) -> list[str]:
+    """Keys spelled like `key` in the config the group choices among `overrides` compose
+    (empty when that cannot be composed either)."""
+    groups = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
+    try:
+        return nearest_keys(to_plain(hydra_compose(groups)), key)
+    except ConfigError:
+        return []
 
 
 def _check_choice(group: str, value) -> None:

@@ -86,13 +86,17 @@ def apply_overrides(config: dict, overrides: Iterable[str], *, settable: Callabl
 
 
 def _nearest_keys(cfg, key: str) -> list[str]:
-    """Keys of `cfg` (an OmegaConf config) spelled like `key`: siblings under the same
-    parent first, then any key path of the whole config."""
-    import difflib
-
+    """Keys of `cfg` (an OmegaConf config) spelled like `key` (`nearest_keys`)."""
     from omegaconf import OmegaConf
 
-    plain = OmegaConf.to_container(cfg, resolve=False)
+    return nearest_keys(OmegaConf.to_container(cfg, resolve=False), key)
+
+
+def nearest_keys(config: dict, key: str) -> list[str]:
+    """Key paths of `config` (a plain dict) spelled like `key`, at most two: what a
+    misspelled override most likely meant."""
+    import difflib
+
     paths: list[str] = []
 
     def walk(node, prefix: str) -> None:
@@ -102,7 +106,7 @@ def _nearest_keys(cfg, key: str) -> list[str]:
                 paths.append(path)
                 walk(value, path + ".")
 
-    walk(plain, "")
+    walk(config, "")
     return difflib.get_close_matches(key, paths, n=2, cutoff=0.8)
 
 

@@ -59,7 +59,16 @@ def _engine_problems(config: dict) -> list[str]:
     engine = gdpo.get("engine") if isinstance(gdpo, dict) else None
     if engine == "local" or engine not in nemo_keys.ENGINES:
         return []  # a name no engine has is the walk's to report
-    return [f"gdpo.engine: {engine!r} is not accepted; expected 'local' (the local engine runs configs meant for it)"]
+    return [f"gdpo.engine: {engine!r} is not accepted; expected 'local': the local engine runs configs meant for it"
+            " (compose one with `gdpo-nemo config show task=... model=... algo=... cluster=local -o RUN.yaml`; run"
+            f" this one on its engine: {engine_command(engine)})"]
+
+
+def engine_command(name: str) -> str:
+    """The command that runs configs of engine `name` (gdpo_nemo.engines.contract)."""
+    from gdpo_nemo.engines.contract import engine
+
+    return f"`{engine(name).command}`"
 
 
 def _batch_problems(config: dict) -> list[str]:
