@@ -141,3 +141,26 @@ def test_report_on_a_missing_folder_is_a_one_line_error(tmp_path, capsys):
     code = main(["report", "--source", str(tmp_path / "nope"), "--quiet", "--no-cache"])
     err = capsys.readouterr().err
     assert code == 2 and "nope" in err and "does not exist" in err
+
+
+def test_the_quickstart_figure_draws_each_method_in_its_registered_colour():
+    # Issue 37: the quickstart figure drew GDPO blue and GRPO orange, the report GRPO blue and
+    # GDPO green: one colour per method everywhere (the estimator registry's PlotStyle).
+    import matplotlib.colors as mcolors
+
+    from gdpo_nemo.analysis.quickstart import curves_figure
+    from gdpo_nemo.estimators import ESTIMATORS
+
+    names = ["format", "correctness"]
+    record = {"train/reward": 1.0, "train/adv/distinct_groups": 2,
+              **{f"train/reward/{n}": 0.5 for n in names}, **{f"train/adv/zero_std_frac/{n}": 0.2 for n in names}}
+    histories = {"GDPO": [dict(record, step=s) for s in (1, 2, 3)], "GRPO": [dict(record, step=s) for s in (1, 2, 3)]}
+    fig = curves_figure(histories, names)
+    legend = {text.get_text(): handle.get_color() for text, handle in
+              zip(fig.axes[0].get_legend().get_texts(), fig.axes[0].get_legend().legend_handles)}
+    for label, algo in (("GDPO", "gdpo"), ("GRPO", "grpo")):
+        assert mcolors.same_color(legend[label], ESTIMATORS[algo].style.color), (label, legend[label])
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if line.get_label() == label:
+                    assert mcolors.same_color(line.get_color(), ESTIMATORS[algo].style.color)

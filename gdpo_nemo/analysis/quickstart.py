@@ -78,16 +78,29 @@ def _smooth(values: list, width: int = WINDOW) -> list:
 
 
 def plot_curves(histories: dict, names: list, path: Path) -> Path:
+    """`curves_figure` saved at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(histories, names)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def curves_figure(histories: dict, names: list):
     """One panel per reward (and their sum), both methods on each; a second row with the
-    share of groups in which that reward has zero variance."""
+    share of groups in which that reward has zero variance. Each method in its registered
+    colour (the estimator registry's PlotStyle, as in every report figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from gdpo_nemo.analysis.figures import algo_style
+
     columns = len(names) + 1
     fig, axes = plt.subplots(2, columns, figsize=(3.4 * columns, 6.0), sharex=True, squeeze=False)
-    colors = {"GDPO": "tab:blue", "GRPO": "tab:orange"}
+    colors = {label: algo_style(label.lower(), index).color for index, label in enumerate(histories)}
     panels = [(f"train/reward/{n}", n) for n in names] + [("train/reward", "sum of rewards")]
     for column, (key, title) in enumerate(panels):
         ax = axes[0][column]
@@ -119,6 +132,4 @@ def plot_curves(histories: dict, names: list, path: Path) -> Path:
     ax.grid(alpha=0.3)
     fig.suptitle("GRPO vs GDPO on the CPU quickstart (SmolLM2-135M-Instruct, arithmetic, 3 rewards)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
