@@ -164,3 +164,52 @@ def test_the_quickstart_figure_draws_each_method_in_its_registered_colour():
             for line in ax.get_lines():
                 if line.get_label() == label:
                     assert mcolors.same_color(line.get_color(), ESTIMATORS[algo].style.color)
+
+
+def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_spread(tmp_path, monkeypatch):
+    # Issue 37: std bands went below 0 and above 1 for rates, "mean ± 1 std over seeds" was
+    # printed for one run, and the panels had no y-axis label.
+    import numpy as np
+    import pandas as pd
+
+    from gdpo_nemo.analysis import figures
+    from gdpo_nemo.analysis.frame import Dataset
+
+    drawn = []
+    real = figures._pyplot()
+
+    class Recorder:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def close(self, fig):
+            drawn.append(fig)
+            real.close(fig)
+
+    monkeypatch.setattr(figures, "_pyplot", lambda: Recorder())
+
+    def dataset(seeds):
+        rows, runs = [], []
+        for algo in ("grpo", "gdpo"):
+            for seed in range(seeds):
+                run = f"{algo}{seed}"
+                runs.append({"run_id": run, "algo": algo, "experiment": "e", "task": "gsm8k", "model": "m"})
+                for step in range(1, 6):  # a rate near 1 whose seeds disagree: mean + std > 1
+                    rows.append({"run_id": run, "algo": algo, "metric": "train/reward/format", "step": step,
+                                 "value": 1.0 if seed % 2 == 0 else 0.6})
+        return Dataset(pd.DataFrame(rows), pd.DataFrame(runs), pd.DataFrame())
+
+    for seeds in (3, 1):
+        drawn.clear()
+        figures.plot_panels(dataset(seeds), ["train/reward/format"], tmp_path / f"c{seeds}", title="t", smooth=1)
+        [fig] = drawn
+        ax = fig.axes[0]
+        bands = [c for c in ax.collections]
+        assert ax.get_ylabel() == "mean over runs"
+        if seeds == 3:
+            assert len(bands) == 2 and "mean ± 1 std over seeds" in fig._suptitle.get_text()
+            for band in bands:
+                ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+                assert ys.min() >= 0.6 - 1e-9 and ys.max() <= 1.0 + 1e-9  # the logged range
+        else:
+            assert bands == [] and "one run per method" in fig._suptitle.get_text()

@@ -88,8 +88,10 @@ def default_smoothing(steps: int) -> int:
 
 
 def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: str, smooth: int | None = None,
-                ylabels: dict | None = None) -> list[Path]:
-    """One panel per metric, one mean line and +-1 std band per algo; returns [png, pdf]."""
+                ylabels: dict | None = None, units: dict | None = None) -> list[Path]:
+    """One panel per metric, one mean line and +-1 std band per algo (clipped to the range the
+    runs logged, so a rate's band stays in [0, 1]; no band with one run per algo); each panel's
+    y axis says what it counts (`units`, default "mean over runs"); returns [png, pdf]."""
     plt = _pyplot()
     panels = [m for m in metrics]
     columns = 2 if len(panels) == 4 else min(3, len(panels))
@@ -102,11 +104,15 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
                             top=1 - 0.7 / height, bottom=0.75 / height)
         algos = _algo_order(set(dataset.runs["algo"]))
         seeds = dataset.runs.groupby("algo")["run_id"].nunique().to_dict()
+        spread = max(seeds.values(), default=0) > 1
         wanted = dataset.metrics[dataset.metrics["metric"].isin(panels)]  # one pass over the big frame
         for ax, metric in zip(axes.flat, panels):
             stats = curve_stats(wanted, metric)
             steps = stats["step"].nunique() if not stats.empty else 0
             window = smooth or default_smoothing(steps)
+            values = wanted.loc[wanted["metric"] == metric, "value"]
+            values = values[np.isfinite(values)]
+            low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
             for index, algo in enumerate(algos):
                 curve = stats[stats["algo"] == algo].sort_values("step")
                 if curve.empty:
@@ -116,9 +122,12 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
                 style = algo_style(algo, index)
                 color, line = style.color, style.linestyle
                 ax.plot(curve["step"], mean, color=color, linestyle=line, label=f"{algo_label(algo)} (n={seeds.get(algo, 0)})")
-                ax.fill_between(curve["step"], mean - std, mean + std, color=color, alpha=0.18, linewidth=0)
+                if seeds.get(algo, 0) > 1:
+                    ax.fill_between(curve["step"], np.clip(mean - std, low, high), np.clip(mean + std, low, high),
+                                    color=color, alpha=0.18, linewidth=0)
             name = (ylabels or {}).get(metric, metric)
             ax.set_title(name + (f" (rolling {window})" if window > 1 else ""))
+            ax.set_ylabel((units or {}).get(metric, "mean over runs"))
             ax.set_xlabel("training step")
             ax.grid(True, alpha=0.3)
             if stats.empty:
@@ -132,7 +141,9 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
                 handles, labels = h, l
         if handles:
             fig.legend(handles, labels, loc="lower center", ncols=min(4, len(handles)), frameon=False)
-        fig.suptitle(title + "\nmean ± 1 std over seeds", fontsize=9)
+        spread_note = ("mean ± 1 std over seeds (bands clipped to the logged range)" if spread
+                       else "one run per method: no spread shown")
+        fig.suptitle(title + "\n" + spread_note, fontsize=9)
         paths = []
         out_stem.parent.mkdir(parents=True, exist_ok=True)
         for suffix in (".png", ".pdf"):
@@ -182,6 +193,9 @@ def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = No
         if not metrics:
             continue
         labels = {"train/adv/distinct_groups": "distinct advantage groups"} | {m: f"zero-std groups: {m.rsplit('/', 1)[1]}" for m in zero}
+        units = {"train/adv/distinct_groups": "groups with distinct\nadvantage tuples (count)"} | {
+            m: "share of the batch's groups" for m in zero}
         paths += plot_panels(part, metrics, out_dir / f"advantage_groups__{experiment}__{task}__{model}",
-                             title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels)
+                             title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels,
+                             units=units)
     return paths
