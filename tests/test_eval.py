@@ -116,6 +116,22 @@ def test_math_metrics_of_hand_made_responses():
     assert [r["correct"] for r in rows] == [1.0, 0.0, 1.0, 1.0]
 
 
+def test_a_truncated_response_is_judged_on_what_it_wrote_and_counts_as_exceeding():
+    # Issue 37: docs/eval.md said truncated responses count as wrong while the code scored a
+    # boxed answer written before the cut as correct. The rule (docs and code): judged on its
+    # text, as the training reward is, and always counted as exceeding the length limit.
+    bench = datasets.load_math("math", DATA / "math.jsonl")
+    replay = Replay([["The sum is $\\boxed{5}$. Let me check again, the", "Let me think about this step by"],
+                     ["$\\boxed{0.75}$", "$\\boxed{0.75}$"]],
+                    lengths={(0, 0): 64, (0, 1): 64, (1, 0): 5, (1, 1): 5},
+                    truncated={(0, 0): True, (0, 1): True})
+    values, rows = evaluate_math(bench, replay, samples=2, max_new_tokens=64, temperature=0, top_p=1,
+                                 exceed_limit=4000)
+    assert [r["correct"] for r in rows] == [1.0, 0.0, 1.0, 1.0]  # an answer before the cut counts
+    assert [r["truncated"] for r in rows] == [True, True, False, False]
+    assert values["exceed"] == 0.5 and values["acc"] == pytest.approx((0.5 + 1.0) / 2)
+
+
 def test_unreadable_math_rows_count_as_failed_questions():
     bench = datasets.load_math("math", DATA / "broken_math.jsonl")
     values, rows = evaluate_math(bench, Replay([["$\\boxed{2}$"]]), samples=1, max_new_tokens=100, temperature=0,
