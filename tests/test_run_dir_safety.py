@@ -147,3 +147,20 @@ def test_evaluating_a_step_again_keeps_the_earlier_result(tmp_path):
     from gdpo_nemo.analysis.evals import find_eval_files
 
     assert find_eval_files(tmp_path) == [rundir.eval_file(tmp_path, "aime", 3)]  # the analysis reads the newest only
+
+
+def test_a_hub_model_this_machine_cannot_load_is_one_line_within_seconds_and_leaves_no_run_dir(tmp_path):
+    # Issue 37: about 50 s of Hugging Face retries, then an OSError traceback, and the
+    # config.yaml left behind refused the rerun. HF_HUB_OFFLINE stands for a machine without a
+    # network (this one has none either): the answer must not wait for one.
+    repo = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", "configs/local/tiny.yaml",
+                           "--run-dir", str(run_dir), "policy.model_name=someone/no-such-model-here",
+                           "policy.tokenizer.name=someone/no-such-model-here"],
+                          cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "policy.model_name='someone/no-such-model-here' is not a folder here" in lines[-1]
+    assert not run_dir.exists()  # nothing that would refuse the rerun

@@ -85,6 +85,42 @@ def check_model_name(model_name: object, key: str = "policy.model_name") -> None
         )
 
 
+# Where a hub download would go: a quick connection test tells a machine without a network
+# within seconds (transformers' own retries take about 50 s before an OSError).
+HUB_HOST, HUB_TIMEOUT_S = "huggingface.co", 3.0
+
+
+def check_model_available(model_name: str, key: str = "policy.model_name") -> None:
+    """Raise ValueError naming `key`, within seconds, when `model_name` is a hub name that is
+    neither a local folder nor in the Hugging Face cache and the hub cannot be reached: the
+    run would otherwise retry for about a minute and end in a traceback."""
+    check_model_name(model_name, key)
+    if is_builtin(model_name) or Path(model_name).expanduser().is_dir():
+        return
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(model_name, "config.json"), str):
+            return  # cached: transformers loads it without the network
+        cache = constants.HF_HUB_CACHE
+    except Exception:  # an unusual name or an old huggingface_hub: let transformers say
+        return
+    import socket
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    if not offline:
+        try:
+            socket.create_connection((HUB_HOST, 443), timeout=HUB_TIMEOUT_S).close()
+            return
+        except OSError:
+            pass
+    raise ValueError(
+        f"{key}={model_name!r} is not a folder here and not in the Hugging Face cache ({cache}), and"
+        f" {'HF_HUB_OFFLINE is set' if offline else HUB_HOST + ' cannot be reached'}: download it on a machine with"
+        " a network (huggingface-cli download NAME) into that cache or a folder, and pass the folder's path;"
+        " or use builtin:smollm2-135m (embedded) or builtin:tiny")
+
+
 def load_policy(model_name: str, *, seed: int = 0, log=print):
     """Load `(model, tokenizer)` for `policy.model_name` (see the module docstring).
 

@@ -603,6 +603,10 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
     run_dir = Path(run_dir)
     if ignored_note:
         log(ignored_note)
+    # Before the run dir is written: a model this machine cannot load leaves nothing behind.
+    from gdpo_nemo.engines.local.models import check_model_available
+
+    check_model_available(config["policy"]["model_name"])
     latest = prepare_run_dir(config, run_dir, resume, log=log, overwrite=overwrite)
     state = setup(config, run_dir, latest, log=log)
     progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"],
