@@ -164,3 +164,25 @@ def test_a_hub_model_this_machine_cannot_load_is_one_line_within_seconds_and_lea
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "policy.model_name='someone/no-such-model-here' is not a folder here" in lines[-1]
     assert not run_dir.exists()  # nothing that would refuse the rerun
+
+
+def test_a_start_that_failed_before_its_first_step_does_not_block_the_rerun_its_message_suggests(tmp_path):
+    # Issue 37: a failed WANDB_MODE=online start left config.yaml, an empty metrics.jsonl and
+    # (since issue 34) provenance.json, and the rerun was refused. The failed start's provenance
+    # is set aside (replaced/<time>/), the rerun's record is the run's first.
+    from gdpo_nemo.runs import provenance
+
+    repo = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "run"
+    base = [sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", "configs/local/tiny.yaml", "--run-dir",
+            str(run_dir), "grpo.max_num_steps=1"]
+    env = {**os.environ, "PYTHONPATH": str(repo), "WANDB_DIR": str(tmp_path / "wandb-home")}
+    env.pop("WANDB_API_KEY", None)
+    failed = subprocess.run([*base, "logger.wandb_enabled=true"], cwd=repo, capture_output=True, text=True,
+                            timeout=300, env={**env, "WANDB_MODE": "online"})
+    assert failed.returncode == 2 and "unset WANDB_MODE" in failed.stderr.strip().splitlines()[-1], failed.stderr[-1500:]
+    rerun = subprocess.run([*base, "logger.wandb_enabled=false"], cwd=repo, capture_output=True, text=True,
+                           timeout=300, env=env)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert len(provenance.read(run_dir)) == 1
+    assert [p.name for p in (run_dir / "replaced").glob("*/provenance.json")] == ["provenance.json"]

@@ -27,7 +27,9 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-FILE = "provenance.json"
+from gdpo_nemo.runs.rundir import PROVENANCE_FILE
+
+FILE = PROVENANCE_FILE  # gdpo_nemo.runs.rundir, which names every file of a run dir
 # Libraries whose releases change a local run's numbers (kernels, sampling, tokenization).
 LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "gguf")
 # Fields of a record that change numbers; `differences` compares these (dotted paths).

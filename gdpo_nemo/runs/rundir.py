@@ -44,6 +44,7 @@ DONE_FILE = "DONE"
 CHECKPOINTS_DIR = "checkpoints"
 WANDB_DIR = "wandb"
 WANDB_ID_FILE = "wandb_id"
+PROVENANCE_FILE = "provenance.json"
 EVAL_DIR = "eval"
 TENSORBOARD_DIR = "tensorboard"
 REPLACED_DIR = "replaced"
@@ -246,11 +247,24 @@ def run_dir_contents(run_dir) -> list[str]:
 
 def holds_run_data(run_dir) -> bool:
     """True when `run_dir` holds anything of a run but its config.yaml, an empty
-    metrics.jsonl and its W&B id (what a run that stopped before its first step leaves)."""
+    metrics.jsonl, its W&B id and the provenance of starts that logged nothing (what a run
+    that stopped before its first step leaves: a failed W&B start, a missing model)."""
     names = set(run_dir_contents(run_dir)) - {REPLACED_DIR, CONFIG_FILE, WANDB_ID_FILE}
     if METRICS_FILE in names and metrics_path(run_dir).stat().st_size == 0:
         names.discard(METRICS_FILE)
+    if METRICS_FILE not in names:  # no step was logged: its provenance describes no numbers
+        names.discard(PROVENANCE_FILE)
     return bool(names)
+
+
+def set_aside_unlogged_provenance(run_dir) -> Path | None:
+    """Before a run starts from step 0 in `run_dir`: a provenance.json left by starts that
+    logged no step is moved into ``replaced/<time>/`` (never deleted), so the new run's
+    first record is its own start. Returns where it went."""
+    metrics = metrics_path(run_dir)
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return None
+    return keep_earlier(Path(run_dir) / PROVENANCE_FILE)
 
 
 def keep_earlier(path) -> Path | None:

@@ -289,6 +289,8 @@ def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print, overwr
         _check_metrics_match(run_dir, latest[0])
     if resume and latest is None:
         log(f"--resume: no checkpoint in {rundir.checkpoints_dir(run_dir)}; starting from step 0")
+    if latest is None:
+        rundir.set_aside_unlogged_provenance(run_dir)
     rundir.write_config(run_dir, config)
     rundir.clear_done(run_dir)
     return latest
