@@ -107,3 +107,20 @@ def test_flags_may_come_between_the_overrides(monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["nemo-smoke", "r.yaml", "--bogus"])
     assert exit_info.value.code == 2
+
+
+def test_the_per_step_time_after_a_resume_divides_by_the_steps_this_invocation_ran(tmp_path):
+    # Issue 37: after --resume the summary divided grpo_train's time by --steps ("8 s, 2.5 s per
+    # step" after one step). The steps run are the training records this invocation added.
+    import json
+
+    from gdpo_nemo.commands.nemo_smoke import _trained_steps
+
+    assert _trained_steps(tmp_path / "none") == set()
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"step": 0, "validation/accuracy": 0.0}, {"step": 1, "train/loss": 0.1}, {"step": 1, "validation/accuracy": 0.0})))
+    before = _trained_steps(tmp_path)
+    with metrics.open("a") as handle:
+        handle.write(json.dumps({"step": 2, "train/loss": 0.2}) + "\n")
+    assert before == {1} and _trained_steps(tmp_path) - before == {2}

@@ -91,6 +91,15 @@ def _run_dir(args, config: dict) -> Path:
     return run_dir
 
 
+def _trained_steps(run_dir: Path) -> set:
+    """The training steps metrics.jsonl holds (an empty set before the run dir exists)."""
+    from gdpo_nemo.runs import rundir
+
+    if not rundir.metrics_path(run_dir).exists():
+        return set()
+    return {r["step"] for r in rundir.read_metrics(run_dir) if r.get("step", 0) > 0 and "train/loss" in r}
+
+
 def _summary(run_dir: Path, out) -> None:
     from gdpo_nemo.runs import rundir
 
@@ -148,6 +157,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
         settle_external_wandb(True, run_dir, log=lambda text: print(f"  {text}", file=out, flush=True))
     started = time.perf_counter()
+    logged_before = _trained_steps(run_dir)  # a --resume run logs only the steps after its checkpoint
     with contextlib.ExitStack() as stack:
         if not args.verbose:
             log = stack.enter_context(open(log_path, "a"))
@@ -169,7 +179,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 traceback.print_exc(file=log)
             return FAILED
     _summary(run_dir, out)
-    steps = max(1, int(args.steps))
+    steps = max(1, len(_trained_steps(run_dir) - logged_before))  # the steps this invocation ran
     moved = None if result.weights_before is None else result.weights_after != result.weights_before
     print(f"policy weights changed: {moved}; generate calls {result.generate_calls}", file=out)
     print(f"time: start {result.seconds.get('start', 0):.0f} s (Ray, data, environments, policy worker), grpo_train"
