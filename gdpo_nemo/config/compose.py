@@ -151,29 +151,22 @@ def compose(
 
 
 
-def engine_of_file(path, overrides: Sequence[str] = ()) -> str | None:
-    """The `gdpo.engine` a run config file (with `overrides`) asks for, read without
-    validating (the gdpo block's default when it names none; None when it has no gdpo block):
-    an engine's entry point says at once that a config is another engine's."""
-    config = to_plain(apply_overrides(to_plain(read_with_inheritance(path)), overrides))
-    gdpo = config.get("gdpo")
-    if not isinstance(gdpo, dict):
-        return None
-    return gdpo.get("engine", gdpo_defaults()["engine"])
-
-
-def load_config_file(path, overrides: Sequence[str] = ()) -> dict:
+def load_config_file(path, overrides: Sequence[str] = (), *, engine: str | None = None, wrong_engine: str = "") -> dict:
     """Read a run config YAML as NeMo RL does (`defaults:` inheritance, `_override_`),
     apply Hydra-grammar overrides, resolve interpolations, fill the gdpo keys the file
     leaves out with their defaults (gdpo_nemo/config/settings.py) and validate.
 
     This is what `python -m gdpo_nemo.commands.nemo_run --config PATH [overrides]` checks
-    before anything launches. Returns a plain dict; raises ConfigError.
+    before anything launches. Returns a plain dict; raises ConfigError. `engine`: the engine
+    the caller runs; a config for another one is refused in one line, before the full check
+    (`wrong_engine` says what to do instead).
     """
     config = to_plain(apply_overrides(to_plain(read_with_inheritance(path)), overrides))
     if isinstance(config.get("gdpo"), dict):
         defaults = {key: value for key, value in gdpo_defaults().items() if key != "local"}
         config["gdpo"] = {**defaults, **config["gdpo"]}
+        if engine is not None and config["gdpo"]["engine"] != engine:
+            raise ConfigError(f"gdpo.engine: {config['gdpo']['engine']!r}; {wrong_engine}")
     keys = [override_key(o) for o in overrides]
     reconcile_algo(config, keys, refuse=False)
     validate(config)

@@ -63,10 +63,10 @@ def _normalize_in_groups(
     # added to every reward never reaches them: near the offset the subtraction is exact,
     # and the mean of the differences is as precise as the rewards' spread allows.
     base = torch.where(torch.isfinite(lo), lo, torch.zeros_like(lo))
-    values = torch.where(valid, values - base[index], torch.zeros_like(values))
-    mean = groups.sum(values * vf) / count.clamp(min=1)
+    shifted = torch.where(valid, values - base[index], torch.zeros_like(values))
+    mean = groups.sum(shifted * vf) / count.clamp(min=1)
     # Exact zero for constant groups: their mean can carry a rounding residue.
-    centred = torch.where(valid & ~constant[index], values - mean[index], torch.zeros_like(values))
+    centred = torch.where(valid & ~constant[index], shifted - mean[index], torch.zeros_like(values))
     sq_dev = groups.sum(centred * centred)  # [N, K]
     _refuse_overflow(sq_dev, "a group's squared deviations")
     n = count[index]  # [B, K]
@@ -79,10 +79,10 @@ def _normalize_in_groups(
         # sample's share (exact algebra), recomputed directly where that subtraction cancels.
         removed = centred * centred * n / m.clamp(min=1)
         others_sq = (sq_dev[index] - removed).clamp(min=0)
-        others_sq = _exact_where_cancelled(others_sq, removed, values, valid, groups)
+        others_sq = _exact_where_cancelled(others_sq, removed, shifted, valid, groups)
         dof = m - options.std_ddof
         std = torch.where(dof > 0, (others_sq / dof.clamp(min=1)).sqrt(), torch.zeros_like(others_sq))
-        std = torch.where(_others_constant(values + base[index], valid, groups, tolerance), torch.zeros_like(std), std)
+        std = torch.where(_others_constant(values, valid, groups, tolerance), torch.zeros_like(std), std)
         usable = valid & (m >= 1)
     else:
         advantage = centred

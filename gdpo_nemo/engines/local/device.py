@@ -90,6 +90,16 @@ def attention_backends(device: torch.device) -> str | None:
     return CUDA_ATTENTION_BACKENDS if device.type == "cuda" else None
 
 
+def prepare_device(local: dict) -> torch.device:
+    """`gdpo.local.device` resolved and set up for this process, before its first CUDA work:
+    reproducible kernels when `gdpo.local.deterministic`, no cuDNN attention."""
+    device = resolve_device(local["device"])
+    if local["deterministic"]:
+        make_deterministic(device)
+    avoid_cudnn_attention(device)
+    return device
+
+
 def avoid_cudnn_attention(device: torch.device) -> None:
     """Turn off cuDNN's attention kernels on CUDA (see the module docstring); nothing to do on
     the CPU. Process-wide; before the first forward pass of the process."""

@@ -319,11 +319,7 @@ def _seed_and_pick_device(config: dict) -> torch.device:
     torch.manual_seed(config["grpo"]["seed"])
     if local["num_threads"]:
         torch.set_num_threads(local["num_threads"])
-    device = dev.resolve_device(local["device"])
-    if local["deterministic"]:
-        dev.make_deterministic(device)
-    dev.avoid_cudnn_attention(device)
-    return device
+    return dev.prepare_device(local)
 
 
 def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=print) -> TrainState:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from gdpo_nemo.engines.local.device import (attention_backends, autocast, avoid_cudnn_attention, make_deterministic,
-                                            resolve_device, torch_threads)
+from gdpo_nemo.engines.local.device import (attention_backends, autocast, prepare_device, resolve_device,
+                                            torch_threads)
 from gdpo_nemo.engines.local.models import base_seed, cache_dir, load_policy, load_pretrained, save_folder, shown
 from gdpo_nemo.runs import provenance
 
@@ -99,10 +99,7 @@ def _checkpoint(config: dict, expected: dict, log) -> Path:
     seed = config["grpo"]["seed"]
     model, tokenizer = load_policy(config["policy"]["model_name"], seed=seed, log=log)
     base_digest = provenance.state_digest(model)
-    device = resolve_device(config["gdpo"]["local"]["device"])
-    if config["gdpo"]["local"]["deterministic"]:
-        make_deterministic(device)  # before the first CUDA matmul of this process
-    avoid_cudnn_attention(device)
+    device = prepare_device(config["gdpo"]["local"])  # before the first CUDA matmul of this process
     model.to(device)
     started = time.perf_counter()
     with torch_threads(config["gdpo"]["local"]["num_threads"]):

@@ -28,7 +28,6 @@ import threading
 from pathlib import Path
 
 from gdpo_nemo.config import ConfigError, load_config_file
-from gdpo_nemo.config.compose import engine_of_file
 from gdpo_nemo.runs import rundir
 
 __all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
@@ -155,12 +154,8 @@ def load_nemo_config(path, overrides=()) -> dict:
     """The run config at `path` with Hydra-grammar `overrides`, validated
     (gdpo_nemo.config.load_config_file); ConfigError naming the key at fault, or when the
     config is not a ``gdpo.engine: nemo`` one."""
-    engine = engine_of_file(path, overrides)  # before the full check: another engine's config is one line
-    if engine is not None and engine != "nemo":
-        raise ConfigError(
-            f"gdpo.engine: {engine!r}; this entry point runs gdpo.engine 'nemo' configs"
-            " (run local-engine configs with `gdpo-nemo train --config ...`; compose a NeMo RL one with"
-            " `gdpo-nemo config show task=... model=... algo=... cluster=nemo_1n1g -o RUN.yaml`)"
-        )
-    return load_config_file(path, overrides)
+    return load_config_file(path, overrides, engine="nemo", wrong_engine=(
+        "this entry point runs gdpo.engine 'nemo' configs (run local-engine configs with `gdpo-nemo train --config"
+        " ...`; compose a NeMo RL one with `gdpo-nemo config show task=... model=... algo=... cluster=nemo_1n1g -o"
+        " RUN.yaml`)"))
 
