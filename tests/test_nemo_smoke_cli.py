@@ -124,3 +124,62 @@ def test_the_per_step_time_after_a_resume_divides_by_the_steps_this_invocation_r
     with metrics.open("a") as handle:
         handle.write(json.dumps({"step": 2, "train/loss": 0.2}) + "\n")
     assert before == {1} and _trained_steps(tmp_path) - before == {2}
+
+
+def test_what_needs_no_nemo_rl_is_refused_in_one_line_before_the_hand_over(tmp_path, run_yaml):
+    # Issue 37: each error took 3-5 s and came after third-party warnings, because the command
+    # first handed over to .venv-nemo. The flags, the model, the config and the run dir are
+    # checked in the Python that was called: one line, nothing else on the terminal.
+    from gdpo_nemo import cli
+
+    for args, message in ((["--model", "nope"], "--model 'nope': expected one of tiny, smollm2 or a local Hugging Face checkpoint folder"),
+                          (["--steps", "0"], "--steps 0: must be at least 1"),
+                          (["--generations", "0"], "--generations 0: must be at least 1"),
+                          (["--val-period", "-1"], "--val-period -1: must be 0 (never) or more")):
+        done = _smoke(run_yaml, "--run-dir", tmp_path / "run", *args)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", f"gdpo-nemo nemo-smoke: error: {message}\n")
+    assert not (tmp_path / "run").exists()
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "metrics.jsonl").write_text("{}\n")
+    calls = []
+    import gdpo_nemo.commands.nemo_smoke as command
+
+    original = command._hand_over
+    command._hand_over = lambda argv: calls.append(argv) or 0
+    try:
+        assert cli.main(["nemo-smoke", str(run_yaml), "--run-dir", str(held)]) == 2  # refused here, not after a hand-over
+        assert calls == []
+    finally:
+        command._hand_over = original
+
+
+def test_the_smollm2_defaults_are_the_shape_whose_rewards_move_and_flags_win():
+    import argparse
+
+    from gdpo_nemo.commands.nemo_smoke import MODEL_SHAPES, _size
+
+    def size(**flags):
+        args = argparse.Namespace(**{"model": "tiny", "steps": 2, "prompts": 2, "generations": None, "max_new_tokens": None,
+                                     "val_period": 1, **flags})
+        return (_size(args).generations, _size(args).max_new_tokens)
+
+    assert MODEL_SHAPES == {"tiny": (2, 32), "smollm2": (4, 64)}
+    assert size() == (2, 32) and size(model="smollm2") == (4, 64)
+    assert size(model="/some/checkpoint") == (4, 64)  # a real model: the shape that moves
+    assert size(model="smollm2", generations=8) == (8, 64) and size(max_new_tokens=16) == (2, 16)
+
+
+def test_the_dapo_stop_says_which_flags_to_raise():
+    from gdpo_nemo.commands.nemo_smoke import _failure
+
+    # NeMo RL's own message at the pinned commit (nemo_rl/algorithms/grpo.py)
+    error = ValueError("Dynamic sampling has reached the maximum allowed number of batches (2). Consider evaluating the"
+                       " complexity of your data or adjusting the num_prompts_per_step or num_generations_per_prompt"
+                       " parameters to enhance the diversity of the samples.")
+    line = _failure(error, SmokeSize(generations=4, max_new_tokens=64))
+    assert line.startswith("ValueError: Dynamic sampling has reached the maximum allowed number of batches (2).")
+    for hint in ("raise --generations (now 4)", "--max-new-tokens (now 64)", "grpo.dynamic_sampling_max_gen_batches=N",
+                 f"this CPU path's default: {MAX_GEN_BATCHES}", "grpo.use_dynamic_sampling=false"):
+        assert hint in line
+    assert _failure(RuntimeError("boom\nmore"), SmokeSize()) == "RuntimeError: boom"

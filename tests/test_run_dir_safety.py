@@ -111,6 +111,13 @@ def test_running_the_quickstart_again_continues_its_runs_instead_of_refusing_the
     run_quickstart(TINY, out, 1)
     runs = sorted(p for p in out.iterdir() if rundir.is_run_dir(p))
     assert len(runs) == 2 and [steps(run) for run in runs] == [[1], [1]]
+    # Issue 37: the two arms run side by side (both started before either finished), each
+    # in a process of its own writing its log, on its share of the cores.
+    events = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith(("started ", "finished "))]
+    assert events == ["started", "started", "finished", "finished"]
+    assert all("finished step 1" in (out / "logs" / f"{run.name}.log").read_text() for run in runs)
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert [json.loads((run / "provenance.json").read_text())["invocations"][0]["numerics"]["threads"] for run in runs] == [threads] * 2
     first = {run.name: snapshot(run)["metrics.jsonl"] for run in runs}
     run_quickstart(TINY, out, 2)  # the README's command run again, with more steps
     assert [steps(run) for run in runs] == [[1, 2], [1, 2]]

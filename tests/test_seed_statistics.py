@@ -261,3 +261,45 @@ def test_report_writes_the_paired_table_and_names_the_interval(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(tmp_path / "runs"),
                           "--out", str(tmp_path / "r2"), "--window", "1.5"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert bad.returncode == 2 and "--window '1.5': expected a fraction in (0, 1]" in bad.stderr
+
+
+# --------------------------------------------------------------------------------------
+# Intervals of bounded metrics (issue 37: a format rate read [0.992, 1.004])
+
+
+def test_an_interval_that_leaves_a_rates_range_is_cut_to_it_and_says_so():
+    values = [0.99, 1.0, 1.0, 0.98, 1.0, 1.0, 1.0]  # mean 0.99571, sd 0.00787, t(6) 2.4469: +-0.00728
+    free = stats.summarize(values)
+    assert free["high"] == pytest.approx(1.00300, abs=1e-5) and free["clipped"] is False
+    cut = stats.summarize(values, bounds=(0.0, 1.0))
+    assert (cut["low"], cut["high"], cut["clipped"]) == (pytest.approx(0.98843, abs=1e-5), 1.0, True)
+    inside = stats.summarize([0.2, 0.3, 0.4], bounds=(0.0, 1.0))
+    assert inside["clipped"] is False and (inside["low"], inside["high"]) == pytest.approx(stats.t_interval([0.2, 0.3, 0.4]))
+    assert math.isnan(stats.summarize([0.5], bounds=(0.0, 1.0))["low"])  # one run: no interval, nothing to cut
+
+
+def test_a_difference_of_rates_is_cut_to_plus_minus_one():
+    # differences [1, 0.1, 1]: mean 0.7, sd 0.5196, t(2) 4.3027: [-0.591, 1.991]
+    out = stats.paired_comparison([1.0, 1.0, 1.0], [0.0, 0.9, 0.0], bounds=(0.0, 1.0))
+    assert (out["low"], out["high"], out["clipped"]) == (pytest.approx(-0.5908, abs=1e-4), 1.0, True)
+    assert stats.paired_comparison([1.0, 1.0, 1.0], [0.0, 0.9, 0.0])["high"] == pytest.approx(1.9908, abs=1e-4)
+
+
+def test_the_report_cuts_a_rewards_interval_to_its_declared_range_and_marks_it(tmp_path):
+    from gdpo_nemo.analysis.render import summary_markdown
+
+    _study(tmp_path, {})
+    values = [0.99, 1.0, 1.0, 0.98, 1.0]  # a rate at its ceiling: the t interval reaches past 1
+    for seed, value in enumerate(values):
+        write_run_dir(tmp_path, RunId("study", "gsm8k", "smollm2-135m", "gdpo", seed),
+                      [{"step": s, "train/reward/format": value, "train/reward": 3 * value} for s in range(1, 21)])
+    summary = training_summary(load_source(tmp_path, cache_dir=None))
+    ceiling = _row(summary, "gdpo", "train/reward/format")  # gsm8k's format is declared in [0, 1]
+    assert stats.t_interval(values)[1] > 1 and (ceiling["high"], bool(ceiling["clipped"])) == (1.0, True)
+    assert ceiling["low"] == pytest.approx(stats.t_interval(values)[0])
+    total = _row(summary, "gdpo", "train/reward")  # a total: its weights are the run's, no declared range, never cut
+    assert not total["clipped"] and total["high"] == pytest.approx(stats.t_interval([3 * v for v in values])[1])
+    inside = _row(summary, "grpo", "train/reward/correctness")  # 0.20-0.40: nothing to cut
+    assert not inside["clipped"] and (inside["low"], inside["high"]) == pytest.approx(stats.t_interval([0.2, 0.35, 0.25, 0.4, 0.3]))
+    text = summary_markdown(summary)
+    assert "0.994 ± 0.009 [0.983, 1.000]† n=5" in text and "† after an interval: the t interval left the range" in text

@@ -5,7 +5,8 @@ their metrics.jsonl records here:
 
     plot_curves     quickstart_curves.png: per-reward training curves, both methods on each
                     panel, and the share of zero-variance groups per reward
-    summary_table   summary.md: first / final per-reward values of both methods, wall times
+    summary_table   summary.md: first / final per-reward values of both methods, their
+                    training time (the sum of their steps' times) and the command's wall time
 
 `histories` maps a method's label ("GDPO", "GRPO") to its run's records in step order
 (`gdpo_nemo.runs.rundir.read_metrics`); `names` are the reward components.
@@ -24,7 +25,8 @@ SUMMARY_FILE = "summary.md"
 
 def write_report(histories: dict, names: list, seconds: dict, total: float, out: Path) -> tuple[Path, Path, str]:
     """Write `out`/quickstart_curves.png (`plot_curves`) and `out`/summary.md
-    (`summary_table`; `seconds`: wall seconds per method, `total`: of the whole command).
+    (`summary_table`; `seconds`: per method, the seconds its steps took, `total`: the wall
+    seconds of the whole command).
     Returns (figure path, summary path, summary text)."""
     out = Path(out)
     figure = plot_curves(histories, names, out / FIGURE_FILE)
@@ -51,7 +53,7 @@ def summary_table(histories: dict, names: list, seconds: dict, total: float) -> 
     lines = [
         f"Quickstart: GRPO vs GDPO, same seed and prompts. Values are means over the first / last {WINDOW} steps.",
         "",
-        "| method | " + " | ".join(f"{n} (first -> final)" for n in names) + " | sum (first -> final) | zero-std share (first -> final) | wall time |",
+        "| method | " + " | ".join(f"{n} (first -> final)" for n in names) + " | sum (first -> final) | zero-std share (first -> final) | training time |",
         "|---|" + "---|" * (len(names) + 3),
     ]
     for label, history in histories.items():
@@ -64,7 +66,8 @@ def summary_table(histories: dict, names: list, seconds: dict, total: float) -> 
         cells.append(f"{_window_mean(zero, True):.2f} -> {_window_mean(zero, False):.2f}")
         cells.append(f"{seconds[label] / 60:.1f} min")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", f"Total wall time (including model conversion and warm-start when not cached): {total / 60:.1f} min", ""]
+    lines += ["", "Training time: the sum of the run's step times (the two runs run side by side, one CPU thread each).",
+              f"Wall time of the command (including model conversion and warm-start when not cached): {total / 60:.1f} min", ""]
     return "\n".join(lines)
 
 

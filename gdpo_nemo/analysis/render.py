@@ -1,7 +1,8 @@
 """Tables as Markdown and LaTeX, in the paper's layout, with footnotes.
 
 A cell reads ``mean ± std``, then ``[low, high] n=N`` (95 % t interval of the mean,
-number of runs), then ``paper P (Δ mean−P)``. ``—`` marks a number that does not exist
+number of runs; ``†`` after it: cut to the range the metric can take, see
+`stats.clip_interval`), then ``paper P (Δ mean−P)``. ``—`` marks a number that does not exist
 (no runs; a std of one run; a value the paper does not report, which reads ``paper n/a``).
 """
 
@@ -22,6 +23,25 @@ def _num(value: float, decimals: int, sign: bool = False) -> str:
     return f"{value:+.{decimals}f}" if sign else f"{value:.{decimals}f}"
 
 
+CLIPPED = "†"
+
+
+def _interval(low: float, high: float, decimals: int, clipped, sign: bool = False) -> str:
+    """``[low, high]``, marked CLIPPED when it was cut to the metric's range."""
+    return f"[{_num(low, decimals, sign)}, {_num(high, decimals, sign)}]" + (CLIPPED if clipped is True else "")
+
+
+def _clipped_note(frame: pd.DataFrame, difference: bool = False) -> list[str]:
+    """The legend of CLIPPED, when a row of `frame` has it."""
+    if "clipped" not in frame or not frame["clipped"].eq(True).any():
+        return []
+    if difference:
+        return [f"{CLIPPED} after an interval: the t interval of the difference left the range a difference can take"
+                " (± the width of the metric's range: ±1 for a rate) and is cut to it."]
+    return [f"{CLIPPED} after an interval: the t interval left the range the metric can take (a rate's [0, 1] or"
+            " [0, 100] %, a reward's declared range) and is cut to it."]
+
+
 def cell_lines(cell: dict, decimals: int) -> list[str]:
     """The three lines of one cell (plain text, `±`/`Δ` as Unicode)."""
     paper = "paper n/a" if math.isnan(cell["paper"]) else f"paper {cell['paper']:.{decimals}f}"
@@ -31,7 +51,7 @@ def cell_lines(cell: dict, decimals: int) -> list[str]:
         paper += f" (Δ {_num(cell['diff'], decimals, sign=True)})"
     return [
         f"{_num(cell['mean'], decimals)} ± {_num(cell['std'], decimals)}",
-        f"[{_num(cell['low'], decimals)}, {_num(cell['high'], decimals)}] n={cell['n']}",
+        f"{_interval(cell['low'], cell['high'], decimals, cell.get('clipped'))} n={cell['n']}",
         paper,
     ]
 
@@ -67,7 +87,8 @@ def to_markdown(result: TableResult) -> str:
     for labels, row_cells in rows:
         texts = ["<br>".join(cell_lines(c, result.spec.decimals)) if c else DASH for c in row_cells]
         lines.append("| " + " | ".join(labels + texts) + " |")
-    lines += ["", "Cells: mean ± std over runs, [95 % t interval of the mean] n runs, paper value (Δ = ours − paper)."]
+    lines += ["", "Cells: mean ± std over runs, [95 % t interval of the mean] n runs, paper value (Δ = ours − paper).",
+              *_clipped_note(result.cells)]
     if result.footnotes:
         lines += ["", "Notes:"] + [f"{i}. {note}" for i, note in enumerate(result.footnotes, 1)]
     return "\n".join(lines) + "\n"
@@ -79,7 +100,7 @@ _TEX_ESCAPE = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#
 def tex_escape(text: str) -> str:
     """`text` safe inside LaTeX (special characters escaped, ±/Δ/— as math or dashes)."""
     out = "".join(_TEX_ESCAPE.get(ch, ch) for ch in str(text))
-    return out.replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "---").replace("−", "-")
+    return out.replace("†", r"$^\dagger$").replace("±", r"$\pm$").replace("Δ", r"$\Delta$").replace("—", "---").replace("−", "-")
 
 
 def to_latex(result: TableResult) -> str:
@@ -100,6 +121,7 @@ def to_latex(result: TableResult) -> str:
         lines.append(" & ".join([tex_escape(x) for x in labels] + texts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     lines.append(r"\par\smallskip{\tiny Cells: mean $\pm$ std over runs; [95\% t interval of the mean] n runs; paper value ($\Delta$ = ours $-$ paper).}")
+    lines += [rf"\par{{\tiny {tex_escape(note)}}}" for note in _clipped_note(result.cells)]
     if result.footnotes:
         lines.append(r"\par{\tiny")
         lines += [rf"{i}. {tex_escape(note)}\\" for i, note in enumerate(result.footnotes, 1)]
@@ -132,8 +154,10 @@ def summary_markdown(summary: pd.DataFrame, title: str = "Final values per metho
             texts = []
             for metric in metrics:
                 r = by_metric.get(metric)
-                texts.append(DASH if r is None else f"{r['mean']:.3f} ± {_num(r['std'], 3)} [{_num(r['low'], 3)}, {_num(r['high'], 3)}] n={r['n']}")
+                texts.append(DASH if r is None else
+                             f"{r['mean']:.3f} ± {_num(r['std'], 3)} {_interval(r['low'], r['high'], 3, r.get('clipped'))} n={r['n']}")
             lines.append(f"| {algo} | " + " | ".join(texts) + " |")
+        lines += ["", *_clipped_note(group)] if _clipped_note(group) else []
         lines.append("")
     return "\n".join(lines)
 
@@ -164,7 +188,8 @@ def paired_markdown(paired: pd.DataFrame, title: str = "Paired comparison by see
         for r in group.to_dict("records"):
             note = f" (unpaired: {r['unpaired']})" if r["unpaired"] else ""
             lines.append(f"| {r['algo']} | `{r['metric']}` | {r['n']}{note} | {_num(r['mean_diff'], 3, sign=True)} "
-                         f"[{_num(r['low'], 3, sign=True)}, {_num(r['high'], 3, sign=True)}] | {_num(r['std_diff'], 3)} | "
+                         f"{_interval(r['low'], r['high'], 3, r.get('clipped'), sign=True)} | {_num(r['std_diff'], 3)} | "
                          f"{_p(r['p_t'])} | {_p(r['p_sign_flip'])} (min {_p(r['min_p_sign_flip'])}) | {_num(r['mde'], 3)} |")
+        lines += ["", *_clipped_note(group, difference=True)] if _clipped_note(group) else []
         lines.append("")
     return "\n".join(lines)

@@ -137,11 +137,27 @@ def bootstrap_interval(values, *, confidence: float = 0.95, resamples: int = DEF
     return float(low), float(high)
 
 
-def summarize(values, *, confidence: float = 0.95, interval: str = "t", resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    """{"mean", "std" (ddof 1; nan below 2 values), "low", "high", "n"} of finite `values`.
+def clip_interval(low: float, high: float, bounds: tuple[float, float] | None) -> tuple[float, float, bool]:
+    """(low, high, clipped): the interval cut to `bounds` (lowest, highest value the quantity
+    can take; None: unbounded). A t interval of a rate near 0 or 1 leaves [0, 1] (mean
+    0.997, sd 0.008, n 7: [0.990, 1.004]); the part outside is impossible, so it is cut and
+    the table says so (`clipped`). NaN stays NaN."""
+    if bounds is None or math.isnan(low) or math.isnan(high):
+        return low, high, False
+    lowest, highest = bounds
+    clipped_low, clipped_high = min(max(low, lowest), highest), max(min(high, highest), lowest)
+    return clipped_low, clipped_high, (clipped_low, clipped_high) != (low, high)
+
+
+def summarize(values, *, confidence: float = 0.95, interval: str = "t", resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+              bounds: tuple[float, float] | None = None) -> dict:
+    """{"mean", "std" (ddof 1; nan below 2 values), "low", "high", "n", "clipped"} of finite
+    `values`.
 
     `interval`: "t" (default; Student t interval of the mean, nan below 2 values) or
-    "bootstrap" (percentile bootstrap of the mean with `resamples` draws).
+    "bootstrap" (percentile bootstrap of the mean with `resamples` draws). `bounds`: the
+    range the values can take (a rate: (0, 1)); the interval is cut to it and "clipped"
+    says whether that changed it (`clip_interval`).
     """
     if interval not in INTERVALS:
         raise ValueError(f"interval = {interval!r}; expected one of {', '.join(INTERVALS)}")
@@ -150,12 +166,14 @@ def summarize(values, *, confidence: float = 0.95, interval: str = "t", resample
         low, high = t_interval(data, confidence=confidence)
     else:
         low, high = bootstrap_interval(data, confidence=confidence, resamples=resamples, seed=seed)
+    low, high, clipped = clip_interval(low, high, bounds)
     return {
         "mean": float(data.mean()) if data.size else math.nan,
         "std": float(data.std(ddof=1)) if data.size > 1 else math.nan,
         "low": low,
         "high": high,
         "n": int(data.size),
+        "clipped": clipped,
     }
 
 
@@ -180,7 +198,8 @@ def sign_flip_p(differences, *, seed: int = 0) -> float:
     return float(np.mean(means >= observed - tolerance))
 
 
-def paired_comparison(a, b, *, confidence: float = 0.95, power: float = 0.8) -> dict:
+def paired_comparison(a, b, *, confidence: float = 0.95, power: float = 0.8,
+                      bounds: tuple[float, float] | None = None) -> dict:
     """Compare `a` with `b`, two equal-length sequences of per-seed values in seed order.
 
     Returns {"n", "mean_diff" (a - b), "std_diff", "low", "high" (t interval of the mean
@@ -190,6 +209,8 @@ def paired_comparison(a, b, *, confidence: float = 0.95, power: float = 0.8) -> 
     1 - confidence detects with probability `power`, given the observed spread of the
     differences: (t_{1-alpha/2} + t_{power}) * std_diff / sqrt(n), df = n - 1 (the usual
     approximation to the noncentral t). Fewer than two pairs give nan statistics.
+    `bounds`: the range of the values of `a` and `b`; the interval of the difference is cut
+    to (lowest - highest, highest - lowest) and "clipped" says whether that changed it.
     """
     _check_confidence(confidence)
     if not 0 < power < 1:
@@ -201,12 +222,13 @@ def paired_comparison(a, b, *, confidence: float = 0.95, power: float = 0.8) -> 
     n = int(d.size)
     out = {"n": n, "mean_diff": float(d.mean()) if n else math.nan, "std_diff": math.nan, "low": math.nan,
            "high": math.nan, "t": math.nan, "p_t": math.nan, "p_sign_flip": sign_flip_p(d) if n else math.nan,
-           "min_p_sign_flip": 2.0 / 2 ** n if n else math.nan, "mde": math.nan}
+           "min_p_sign_flip": 2.0 / 2 ** n if n else math.nan, "mde": math.nan, "clipped": False}
     if n < 2:
         return out
     sd = float(d.std(ddof=1))
     out["std_diff"] = sd
-    out["low"], out["high"] = t_interval(d, confidence=confidence)
+    spread = None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
+    out["low"], out["high"], out["clipped"] = clip_interval(*t_interval(d, confidence=confidence), spread)
     alpha = 1 - confidence
     out["mde"] = (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
     if sd == 0:

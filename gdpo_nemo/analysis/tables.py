@@ -121,7 +121,7 @@ class TableResult:
     models: list = field(default_factory=list)  # (tag, label) in row order
 
 
-CELL_COLUMNS = ["model", "benchmark", "method", "column", "mean", "std", "low", "high", "n", "paper", "diff", "runs"]
+CELL_COLUMNS = ["model", "benchmark", "method", "column", "mean", "std", "low", "high", "n", "clipped", "paper", "diff", "runs"]
 
 
 def _matches(runs: pd.DataFrame, where) -> pd.Series:
@@ -258,7 +258,8 @@ def compute_table(
                 for column in spec.columns:
                     values = per_run.get(column.key, {})
                     finite = [v for v in values.values() if math.isfinite(v)]
-                    stats = summarize(np.array(finite) * spec.scale, resamples=resamples)
+                    # every column is a rate: fractions in the logs, 0..scale in the table
+                    stats = summarize(np.array(finite) * spec.scale, resamples=resamples, bounds=(0.0, spec.scale))
                     paper_value = paper.get(spec.key, paper_model, bench_key, method.key, column.key)
                     diff = stats["mean"] - paper_value if paper_value is not None and stats["n"] else math.nan
                     cells.append({"model": tag, "benchmark": bench_key, "method": method.key, "column": column.key,
@@ -310,8 +311,8 @@ def all_tables(dataset: Dataset, paper: PaperValues, **options) -> list[TableRes
 # --------------------------------------------------------------------------------------
 
 GROUP = ["experiment", "task", "model"]
-SUMMARY_COLUMNS = [*GROUP, "algo", "metric", "mean", "std", "low", "high", "n", "steps"]
-PAIRED_COLUMNS = [*GROUP, "metric", "algo", "baseline", "n", "seeds", "mean_diff", "std_diff", "low", "high",
+SUMMARY_COLUMNS = [*GROUP, "algo", "metric", "mean", "std", "low", "high", "n", "clipped", "steps"]
+PAIRED_COLUMNS = [*GROUP, "metric", "algo", "baseline", "n", "seeds", "mean_diff", "std_diff", "low", "high", "clipped",
                   "t", "p_t", "p_sign_flip", "min_p_sign_flip", "mde", "unpaired"]
 
 
@@ -319,6 +320,24 @@ def is_summary_metric(metric: str) -> bool:
     """The metrics the summary and the paired comparison read: ``train/reward*`` and
     ``validation/reward*`` (the total and each component)."""
     return metric.startswith(("train/reward", "validation/reward"))
+
+
+def metric_bounds(task: str, metric: str) -> tuple[float, float] | None:
+    """The range a summary metric's values can take, where it has one: a reward component's
+    declared range in its task's reward set (``train/reward/format`` of gsm8k: (0, 1); of
+    toolcall ``correctness``: (-3, 3)); None for a total (its weights are the run's) and for
+    a task or component the reward registry does not know."""
+    from gdpo_nemo.rewards import task_rewards
+
+    for prefix in ("train/reward/", "validation/reward/"):
+        if metric.startswith(prefix):
+            try:
+                ranges = task_rewards(task).ranges
+            except (KeyError, ValueError):
+                return None
+            bounds = ranges.get(metric[len(prefix):])
+            return None if bounds is None else (float(bounds[0]), float(bounds[1]))
+    return None
 
 
 def incomplete_runs(dataset: Dataset) -> dict[str, str]:
@@ -373,7 +392,8 @@ def training_summary(dataset: Dataset, *, window: float = 0.1, interval: str = "
     rows = []
     for key, group in per_run.groupby([*GROUP, "algo", "metric"]):
         rows.append({**dict(zip([*GROUP, "algo", "metric"], key)),
-                     **summarize(group["value"].to_numpy(), interval=interval, resamples=resamples),
+                     **summarize(group["value"].to_numpy(), interval=interval, resamples=resamples,
+                                 bounds=metric_bounds(key[GROUP.index("task")], key[-1])),
                      "steps": int(group["steps"].max())})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -401,7 +421,8 @@ def paired_summary(dataset: Dataset, *, baseline: str = "grpo", window: float = 
             seeds = sorted(set(mine) & set(base))
             lonely = [f"{who}: {', '.join(map(str, sorted(set(side) - set(seeds))))}"
                       for who, side in ((algo, mine), (baseline, base)) if set(side) - set(seeds)]
-            stats = paired_comparison([mine[s] for s in seeds], [base[s] for s in seeds], confidence=confidence, power=power)
+            stats = paired_comparison([mine[s] for s in seeds], [base[s] for s in seeds], confidence=confidence, power=power,
+                                      bounds=metric_bounds(key[GROUP.index("task")], key[-1]))
             rows.append({**dict(zip([*GROUP, "metric"], key)), "algo": algo, "baseline": baseline, **stats,
                          "seeds": ",".join(map(str, seeds)), "unpaired": "; ".join(lonely)})
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)

@@ -20,11 +20,11 @@ from gdpo_nemo.commands.sweep import only_filters
 from gdpo_nemo.engines.local import parallel
 from gdpo_nemo.runs.rundir import shown
 
-PROG = f"python -m {parallel.COMMAND_MODULE}"  # this module, as typed (never "__main__")
+PROG = "python -m gdpo_nemo.commands.local_parallel"  # this module, as typed (never "__main__")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The command's flags; `--prepare CONFIG ...` is run_all's own call (hidden)."""
+    """The command's flags."""
     parser = argparse.ArgumentParser(prog=PROG, description=parallel.__doc__.split("\n\n")[0])
     parser.add_argument("experiment", nargs="?", help="experiment name (experiments/<name>.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides applied to every run, last")
@@ -33,7 +33,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
                         help="restrict to runs with KEY=VALUE (run, task, model, algo, seed), as gdpo-nemo sweep")
     parser.add_argument("--smoke", action="store_true", help="builtin:tiny on the CPU at toy sizes (tests)")
-    parser.add_argument("--prepare", nargs="+", metavar="CONFIG", help=argparse.SUPPRESS)
     return parser.parse_intermixed_args(argv)  # overrides may follow options
 
 
@@ -41,9 +40,6 @@ def main(argv=None) -> int:
     """Plan, prepare and run the experiment's runs; 0 every run finished, 1 some failed
     (named on stderr), 2 bad input."""
     args = parse_args(argv)
-    if args.prepare:
-        parallel.prepare_shared(args.prepare)
-        return 0
     if not args.experiment:
         return report_error(PROG, "name an experiment (experiments/<name>.yaml), e.g. gpu_study")
     if args.jobs < 1:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
@@ -26,6 +27,10 @@ from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, pa
 PROG = "gdpo-nemo nemo-smoke"
 INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
 _DEFAULT_ROOT = Path("runs") / "nemo-smoke"
+# --model -> (answers per prompt, new tokens) when --generations / --max-new-tokens are not
+# given: the smallest shape whose rewards move for the embedded SmolLM2 (at 2 x 32 its
+# gsm8k rewards were all 0 and its weights did not change; math stopped in DAPO's redraws).
+MODEL_SHAPES = {"tiny": (2, 32), "smollm2": (4, 64)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tiny (builtin:tiny, random weights, seconds per step), smollm2 (the embedded"
                         " SmolLM2-135M-Instruct, about a minute per step) or a local HF checkpoint folder")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step (and validation prompts)")
-    parser.add_argument("--generations", type=int, default=2, help="answers per prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget")
+    parser.add_argument("--generations", type=int, default=None,
+                        help="answers per prompt (default: 2 for tiny, 4 for smollm2 and a checkpoint folder)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="answer length budget (default: 32 for tiny, 64 for smollm2 and a checkpoint folder)")
     parser.add_argument("--val-period", type=int, default=1, help="validate every N steps (0: never)")
     parser.add_argument("--data", choices=("auto", "offline", "config"), default="auto",
                         help="the config's data files (config), the task's offline rows (offline), or the files when present")
@@ -117,41 +124,82 @@ def _summary(run_dir: Path, out) -> None:
     print(f"checkpoints kept by NeMo RL's CheckpointManager: {', '.join(kept) or 'none'}", file=out)
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
-
-    if not nemo_rl_importable():
-        return _hand_over(list(sys.argv[2:] if argv is None else argv))
-    if args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: must be at least 1")
-    from gdpo_nemo.engines.nemo.cpu import models, smoke
+def _checked_input(args) -> tuple[dict, Path]:
+    """What this command can check before NeMo RL loads (and before a hand-over to
+    .venv-nemo, which costs seconds): the flags, the config file (this project's own check
+    of the run config, engine first) and the run dir's rules; (config, run dir) or a
+    ValueError naming the flag, key or path."""
+    from gdpo_nemo.engines.nemo.cpu.models import check_model
     from gdpo_nemo.engines.nemo.run import load_nemo_config
 
+    check_model(args.model)
+    for flag in ("steps", "prompts", "generations", "max_new_tokens", "threads"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} {value}: must be at least 1")
+    if args.val_period < 0:
+        raise ValueError(f"--val-period {args.val_period}: must be 0 (never) or more")
     config = load_nemo_config(args.config)
-    run_dir = _run_dir(args, config)
+    return config, _run_dir(args, config)
+
+
+def _size(args) -> "smoke.SmokeSize":
+    """The run's size: the flags, and where one is not given, the model's default shape
+    (MODEL_SHAPES: the embedded SmolLM2 needs more answers and tokens for its rewards to
+    move than builtin:tiny, whose rewards never do)."""
+    from gdpo_nemo.engines.nemo.cpu import smoke
+
+    generations, max_new_tokens = MODEL_SHAPES.get(args.model, MODEL_SHAPES["smollm2"])
+    return smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations or generations,
+                           max_new_tokens=args.max_new_tokens or max_new_tokens, val_period=args.val_period)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Check, prepare and run the smoke run (module docstring); 0 finished, 1 failed."""
     out = sys.stdout
-    model = models.model_folder(args.model, seed=int(config["grpo"]["seed"]), log=lambda m: print(m, file=out, flush=True))
-    size = smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations,
-                           max_new_tokens=args.max_new_tokens, val_period=args.val_period)
-    cpu = smoke.cpu_config(config, model_dir=str(model), run_dir=run_dir, size=size, data=args.data,
-                           tiny_model=args.model == "tiny", overrides=args.overrides, keep_wandb=args.wandb)
+    # Third-party output of the imports and the model's preparation (warnings of torch,
+    # pynvml, torchao, transformers; a shard-writing bar) goes to <run dir>/nemo_rl.log with
+    # NeMo RL's own, not to the terminal (--verbose: the terminal).
+    noise = io.StringIO()
+    with contextlib.nullcontext() if args.verbose else contextlib.redirect_stderr(noise):
+        config, run_dir = _checked_input(args)
+        from gdpo_nemo.engines.nemo.validation import nemo_rl_importable
+
+        importable = nemo_rl_importable()
+    if not importable:
+        return _hand_over(list(sys.argv[2:] if argv is None else argv))
+    with contextlib.nullcontext() if args.verbose else contextlib.redirect_stderr(noise):
+        from gdpo_nemo.engines.nemo.cpu import models, smoke
+
+        model = models.model_folder(args.model, seed=int(config["grpo"]["seed"]), log=lambda m: print(m, file=out, flush=True))
+        size = _size(args)
+        cpu = smoke.cpu_config(config, model_dir=str(model), run_dir=run_dir, size=size, data=args.data,
+                               tiny_model=args.model == "tiny", overrides=args.overrides, keep_wandb=args.wandb)
     run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "nemo_rl.log"
+    if noise.getvalue():
+        with open(log_path, "a") as log:
+            log.write(noise.getvalue())
     (run_dir / "cpu_changes.txt").write_text("".join(line + "\n" for line in cpu.changes))
     print(f"{PROG}: {args.config} -> {run_dir}", file=out)
-    print(f"  model {args.model} ({model}); {args.steps} steps of {args.prompts} prompts x {args.generations} answers,"
-          f" at most {args.max_new_tokens} new tokens; task {config['gdpo']['task']}, estimator {cpu.config['gdpo']['estimator']}",
+    print(f"  model {args.model} ({model}); {size.steps} steps of {size.prompts} prompts x {size.generations} answers,"
+          f" at most {size.max_new_tokens} new tokens; task {config['gdpo']['task']}, estimator {cpu.config['gdpo']['estimator']}",
           file=out)
     print(f"  {len(cpu.changes)} keys changed for the CPU (list: {run_dir / 'cpu_changes.txt'})", file=out)
     for note in cpu.notes:
         print(f"  note: {note}", file=out)
-    log_path = run_dir / "nemo_rl.log"
     if not args.verbose:
         print(f"  NeMo RL's own output: {log_path}", file=out)
     out.flush()
+    return _train(args, cpu, run_dir, size, out)
 
+
+def _train(args, cpu, run_dir: Path, size, out) -> int:
+    """NeMo RL's grpo_train on the CPU config, then the summary; 0 finished, 1 failed."""
     from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
     from gdpo_nemo.engines.nemo.run import exit_on_sigterm
 
+    log_path = run_dir / "nemo_rl.log"
     if cpu.config["logger"].get("wandb_enabled"):
         from gdpo_nemo.runs.tracking import settle_external_wandb
 
@@ -167,11 +215,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             with exit_on_sigterm():
                 result = train_on_cpu(cpu.config, threads=args.threads, out=out)
         except Exception as err:  # what the smoke run exists to catch: say where, keep the log
-            message = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-            if "Dynamic sampling has reached the maximum" in str(err):
-                message += (" (grpo.dynamic_sampling_max_gen_batches: every group's rewards had zero spread; NeMo RL"
-                            " stops a cluster run the same way)")
-            print(f"{PROG}: failed after {time.perf_counter() - started:.0f} s: {message}", file=out)
+            print(f"{PROG}: failed after {time.perf_counter() - started:.0f} s: {_failure(err, size)}", file=out)
             if not args.verbose:
                 print(f"  NeMo RL's output, with the traceback: {log_path}", file=out)
                 import traceback
@@ -189,6 +233,22 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "seconds": result.seconds, "generate_calls": result.generate_calls, "weights_before": result.weights_before,
         "weights_after": result.weights_after, "device_patches": result.device_patches}, indent=1))
     return 0
+
+
+def _failure(err: Exception, size) -> str:
+    """One line on why NeMo RL stopped, with what to change where we know it."""
+    from gdpo_nemo.engines.nemo.cpu.smoke import MAX_GEN_BATCHES
+
+    text = str(err).strip()
+    message = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+    if "Dynamic sampling has reached the maximum" in text:
+        message += (f" (DAPO dynamic sampling: every group of {size.generations} answers had the same rewards in"
+                    f" every batch it may draw; raise --generations (now {size.generations}) or"
+                    f" --max-new-tokens (now {size.max_new_tokens}) so that answers differ, allow more batches with"
+                    f" grpo.dynamic_sampling_max_gen_batches=N (this CPU path's default: {MAX_GEN_BATCHES}), or pass"
+                    " grpo.use_dynamic_sampling=false;"
+                    " NeMo RL stops a cluster run the same way)")
+    return message
 
 
 def main(argv: list[str] | None = None) -> int:

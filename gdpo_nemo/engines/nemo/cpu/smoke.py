@@ -136,11 +136,12 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "grpo.max_val_samples", int(size.prompts), changes)
     _set(c, "grpo.val_batch_size", int(size.prompts), changes)
     if tiny_model:
-        out.notes.append("builtin:tiny has random weights: every reward is 0 and so is every advantage; the run checks"
-                         " the machinery (--model smollm2 for rewards that move)")
+        out.notes.append("builtin:tiny has random weights: its answers are noise, so each reward stays at what malformed"
+                         " text earns (not always 0: toolcall's correctness is -3, math's length 1) and every advantage"
+                         " is 0; the run checks the machinery (--model smollm2 for rewards that move)")
     if tiny_model and get_path(c, "grpo.use_dynamic_sampling"):
         _set(c, "grpo.use_dynamic_sampling", False, changes)
-        out.notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny scores 0 on every reward, so DAPO would only"
+        out.notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny's rewards do not vary, so DAPO would only"
                          " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2)")
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
     _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, MAX_GEN_BATCHES), changes)
