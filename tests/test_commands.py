@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,14 +82,30 @@ def test_the_python_m_entry_points_print_the_same_error_line(module, argv, messa
     assert done.stderr == f"python -m {module}: error: {message}\n"
 
 
-# The programs with a `__main__` block outside commands/: the console entry, and bfcl-eval's
-# worker, started by its path in bfcl-eval's own venv where gdpo_nemo does not import.
-MAIN_OUTSIDE_COMMANDS = {"gdpo_nemo/cli.py", "gdpo_nemo/evaluation/bfcl_worker.py"}
+# The programs with a `__main__` block outside commands/: the console entry; bfcl-eval's
+# worker, started by its path in bfcl-eval's own venv where gdpo_nemo does not import; and
+# the processes the engines start themselves (a local run side by side with others, NeMo
+# RL's config check in NeMo RL's Python): an engine starts its own entry, never a command.
+MAIN_OUTSIDE_COMMANDS = {"gdpo_nemo/cli.py", "gdpo_nemo/evaluation/bfcl_worker.py", "gdpo_nemo/engines/local/worker.py",
+                         "gdpo_nemo/engines/nemo/config_check.py"}
 
 
 def _package_modules():
     for path in sorted((REPO / "gdpo_nemo").rglob("*.py")):
         yield path.relative_to(REPO).as_posix(), ast.parse(path.read_text())
+
+
+def test_no_layer_starts_a_command_module_by_name():
+    # Issue 36: engines/local/parallel and engines/nemo/validation started
+    # `python -m gdpo_nemo.commands...`, their own callers: an import circle through the back
+    # door. A module name of gdpo_nemo.commands written as a string outside cli and commands/.
+    named = {(name, node.value) for name, tree in _package_modules() if not name.startswith("gdpo_nemo/commands/")
+             and name != "gdpo_nemo/cli.py" for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and re.fullmatch(r"gdpo_nemo\.commands(\.\w+)*", node.value)}
+    # The Slurm job scripts the sweep writes are users of the commands, as a person typing them is.
+    assert named == {("gdpo_nemo/sweep/render.py", "gdpo_nemo.commands.nemo_run"),
+                     ("gdpo_nemo/sweep/render.py", "gdpo_nemo.commands.nemo_smoke")}
 
 
 def test_only_the_commands_have_a_main_block():
@@ -110,8 +127,8 @@ def test_nothing_but_the_cli_imports_the_commands():
     assert {name for name in importers if not name.startswith("gdpo_nemo/commands/")} <= {"gdpo_nemo/cli.py"}
 
 
-def test_the_nemo_validation_command_prints_each_files_problems_as_one_json_line(monkeypatch, capsys):
-    from gdpo_nemo.commands import nemo_validation
+def test_the_nemo_config_check_prints_each_files_problems_as_one_json_line(monkeypatch, capsys):
+    from gdpo_nemo.engines.nemo import config_check as nemo_validation
 
     verdicts = {"good.yaml": [],
                 "bad.yaml": ["grpo.max_num_steps: NeMo RL MasterConfig: Input should be a valid integer"]}

@@ -22,7 +22,9 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.run_id import RunId
@@ -45,14 +47,26 @@ def _latest_checkpoint(run_dir: Path) -> str | None:
     return steps[-1][1].name if steps else None
 
 
+@dataclass(frozen=True)
+class ConfigCheck:
+    """A check of the nemo-engine run configs by NeMo RL's own code, which the command
+    builds from the engine (gdpo_nemo.engines.nemo.validation) and hands in, so that the
+    sweep never imports an engine. `run({name: config})`: True once checked, False when no
+    NeMo RL was found to ask; a ValueError (ConfigError) naming the run and the key when NeMo
+    RL refuses one. `unchecked_note`: what to print when it could not run."""
+
+    run: Callable[[dict], bool]
+    unchecked_note: str
+
+
 def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]], *,
-                      engine: str | None = None, with_eval: bool = False, nemo_rl_python: str | None = None,
+                      engine: str | None = None, with_eval: bool = False, nemo_rl_check: ConfigCheck | None = None,
                       submit: bool = False) -> int:
     """Plan every selected run of `experiment` on profile `cluster` (filters: {key: accepted
     values}, as `--only`), write its config and script into `layout` and print them
     (dry run), or submit what needs it (`submit`; see manifest.submit_action). engine:
     "nemo"/"local" for every run, None for each run's own; with_eval: an evaluation job per
-    run; nemo_rl_python: NeMo RL's venv Python for its own config check. Exit code 0."""
+    run; nemo_rl_check: NeMo RL's own config check (None: not run). Exit code 0."""
     profile = _profile(cluster, "submit" if submit else "dry-run")
     plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
@@ -72,7 +86,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
-    nemo_rl_checked = _check_with_nemo_rl(plans, nemo_rl_python)  # slowest: last
+    nemo_rl_checked = _check_with_nemo_rl(plans, nemo_rl_check)  # slowest: last
     evals = _eval_scripts(plans, profile, layout) if with_eval else {}
     placeholders = placeholder_values(profile)
     if submit and placeholders:
@@ -95,7 +109,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
                 print(f"==> {evals[plan.name][0]} <==\n{evals[plan.name][1]}")
         print(f"{len(plans)} run(s) of {experiment} rendered into {layout.root} for profile"
               f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
-        _note_unchecked(nemo_rl_checked)
+        _note_unchecked(nemo_rl_checked, nemo_rl_check)
         return 0
     layout.root.mkdir(parents=True, exist_ok=True)
     with mf.locked(layout.root):
@@ -104,7 +118,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
         _write(plans, layout, manifest)
         # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
         code = _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
-    _note_unchecked(nemo_rl_checked)
+    _note_unchecked(nemo_rl_checked, nemo_rl_check)
     return code
 
 
@@ -140,33 +154,26 @@ def runs_table(plans: list[RunPlan], root: Path) -> str:
     return "\n".join("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
-def _check_with_nemo_rl(plans: list[RunPlan], python: str | None) -> bool | None:
+def _check_with_nemo_rl(plans: list[RunPlan], check: ConfigCheck | None) -> bool | None:
     """Refuse the sweep when NeMo RL's own config check refuses a nemo-engine run (its message
-    names the run and the key). True: checked; False: no NeMo RL found to ask; None: no
-    nemo-engine run."""
+    names the run and the key). True: checked; False: no NeMo RL found to ask (or no check
+    given); None: no nemo-engine run."""
     import yaml
-
-    from gdpo_nemo.config import ConfigError
-    from gdpo_nemo.engines.nemo.validation import refuse_what_nemo_rl_refuses
 
     nemo = {plan.name: yaml.safe_load(plan.config_text) for plan in plans if plan.engine == "nemo"}
     if not nemo:
         return None
+    if check is None:
+        return False
     try:
-        return refuse_what_nemo_rl_refuses(nemo, python, name_each=True)
-    except ConfigError as err:
-        raise SweepError(f"NeMo RL's own config check refuses this sweep ({len(nemo)} nemo-engine run(s) checked): {err}") from None
+        return check.run(nemo)
     except ValueError as err:
-        raise SweepError(str(err)) from None
+        raise SweepError(f"NeMo RL's own config check refuses this sweep ({len(nemo)} nemo-engine run(s) checked): {err}") from None
 
 
-def _note_unchecked(nemo_rl_checked: bool | None) -> None:
-    if nemo_rl_checked is False:
-        from gdpo_nemo.engines.nemo.validation import NEMO_RL_PYTHON_ENV
-
-        print(f"gdpo-nemo sweep: note: run configs checked against gdpo_nemo's copy of NeMo RL's schema only;"
-              f" set ${NEMO_RL_PYTHON_ENV} (or --nemo-rl-python) to NeMo RL's venv Python to check them"
-              " with NeMo RL's own MasterConfig too", file=sys.stderr)
+def _note_unchecked(nemo_rl_checked: bool | None, check: ConfigCheck | None) -> None:
+    if nemo_rl_checked is False and check is not None:
+        print(f"gdpo-nemo sweep: note: {check.unchecked_note}", file=sys.stderr)
 
 
 def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLayout) -> dict:

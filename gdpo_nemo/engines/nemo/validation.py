@@ -10,15 +10,18 @@ can refuse it before anything is submitted, with NeMo RL's own message.
 Where NeMo RL is: in this interpreter when ``nemo_rl`` imports here, else in the Python
 named by ``--nemo-rl-python`` / ``$GDPO_NEMO_RL_PYTHON`` (NeMo RL's venv, e.g.
 ``<nemo-rl checkout>/.venv/bin/python`` or this repo's ``.venv-nemo/bin/python``), which
-runs ``python -m gdpo_nemo.commands.nemo_validation FILE...`` (CHECK_MODULE) and answers
+runs ``python -m gdpo_nemo.engines.nemo.config_check FILE...`` (CHECK_MODULE) and answers
 in JSON. Without either, `find_nemo_rl_python` returns None and the callers say the check
 did not run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -37,7 +40,7 @@ __all__ = [
 NEMO_RL_PYTHON_ENV = "GDPO_NEMO_RL_PYTHON"
 # What NeMo RL's Python runs to check config files (named here, never imported: this module
 # is the library under that command).
-CHECK_MODULE = "gdpo_nemo.commands.nemo_validation"
+CHECK_MODULE = "gdpo_nemo.engines.nemo.config_check"
 _IN_PROCESS = "in-process"
 
 
@@ -54,6 +57,20 @@ def _loc(parts: Sequence) -> str:
     return ".".join(keys) or "config"
 
 
+@contextlib.contextmanager
+def quiet_imports():
+    """Keep the import-time warnings of NeMo RL's stack (torch's ``_pytree`` log records,
+    torchao, pynvml's FutureWarning) off the terminal: they are not the caller's answer. Log
+    records up to WARNING are dropped meanwhile (torch's handlers hold the stderr of the
+    moment torch was imported, so a redirect alone misses them); errors still show."""
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def check_config_file(path, overrides: Sequence[str] = ()) -> list[str]:
     """What NeMo RL's run_grpo.py says of the config file `path` (with Hydra `overrides`),
     one line per problem, each starting with the key path at fault; [] if accepted.
@@ -63,8 +80,9 @@ def check_config_file(path, overrides: Sequence[str] = ()) -> list[str]:
     from omegaconf import OmegaConf
     from pydantic import ValidationError
 
-    from nemo_rl.algorithms.grpo import MasterConfig
-    from nemo_rl.utils.config import load_config, parse_hydra_overrides, register_omegaconf_resolvers
+    with quiet_imports():
+        from nemo_rl.algorithms.grpo import MasterConfig
+        from nemo_rl.utils.config import load_config, parse_hydra_overrides, register_omegaconf_resolvers
 
     register_omegaconf_resolvers()
     try:

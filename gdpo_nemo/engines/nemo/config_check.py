@@ -1,9 +1,10 @@
-"""``python -m gdpo_nemo.commands.nemo_validation FILE...``: NeMo RL's own verdict on each
+"""``python -m gdpo_nemo.engines.nemo.config_check FILE...``: NeMo RL's own verdict on each
 run config file, as one JSON line ``{file: [problem, ...]}`` (``[]``: accepted).
 
 Not typed by users: `gdpo_nemo.engines.nemo.validation.check_configs` runs it with NeMo RL's
 Python (its venv, where this project's own dependencies may be missing) and reads the last
-line of its output; that module does the checking (`check_config_file`).
+line of its output; that module does the checking (`check_config_file`). It is the engine's
+own process entry, so the engine never starts its callers (gdpo_nemo.commands) by name.
 """
 
 from __future__ import annotations
