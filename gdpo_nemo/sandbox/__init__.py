@@ -18,16 +18,8 @@ warned opt-in to run without isolation. docs/sandbox.md states the guarantee.
 
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.pool import SandboxPool, default_workers, shared_pool
-from gdpo_nemo.sandbox.runner import (
-    STATUSES,
-    Case,
-    ExecResult,
-    Sandbox,
-    SandboxError,
-    default_sandbox,
-    run_cases,
-    run_program,
-)
+from gdpo_nemo.sandbox.protocol import STATUSES, Case, ExecResult, SandboxError
+from gdpo_nemo.sandbox.runner import Sandbox, default_sandbox, run_cases, run_program
 from gdpo_nemo.sandbox.worker import SandboxWorker
 
 __all__ = [

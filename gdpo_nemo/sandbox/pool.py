@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from gdpo_nemo.sandbox.limits import Limits
-from gdpo_nemo.sandbox.runner import Case, Sandbox, default_sandbox
+from gdpo_nemo.sandbox.protocol import Case
+from gdpo_nemo.sandbox.runner import Sandbox, default_sandbox
 from gdpo_nemo.sandbox.worker import SandboxWorker
 
 

@@ -1,7 +1,7 @@
 """Reading the values that "eval" cases send back (`Case(evaluate=...)`).
 
 Inside the sandbox the driver encodes each value as JSON that keeps Python's types apart
-(`_driver._encode`): str, int, float, bool and None as themselves; every container as a
+(`_driver_program._encode`): str, int, float, bool and None as themselves; every container as a
 two-element list [type name, items]: ["list", [...]], ["tuple", [...]], ["set", [...]],
 ["frozenset", [...]], ["dict", [[key, value], ...]], ["bytes", latin-1 text],
 ["complex", [real, imag]]. The text is written by the program's own process, so it is

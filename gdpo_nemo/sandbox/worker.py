@@ -25,18 +25,8 @@ import threading
 
 from gdpo_nemo.sandbox.isolation import own_host_uid
 from gdpo_nemo.sandbox.limits import Limits
-from gdpo_nemo.sandbox.runner import (
-    Case,
-    Sandbox,
-    SandboxError,
-    collect,
-    job_blob,
-    judged_reader,
-    kill_group,
-    payload_bytes,
-    read_report,
-    run_deadline,
-)
+from gdpo_nemo.sandbox.protocol import Case, SandboxError, collect, job_blob, judged_reader, payload_bytes, read_report
+from gdpo_nemo.sandbox.runner import Sandbox, kill_group, run_deadline
 
 
 class SandboxWorker:
