@@ -226,7 +226,8 @@ def _train(args, cpu, run_dir: Path, size, out) -> int:
     steps = max(1, len(_trained_steps(run_dir) - logged_before))  # the steps this invocation ran
     moved = None if result.weights_before is None else result.weights_after != result.weights_before
     print(f"policy weights changed: {moved}; generate calls {result.generate_calls}", file=out)
-    print(f"time: start {result.seconds.get('start', 0):.0f} s (Ray, data, environments, policy worker), grpo_train"
+    print(f"time: imports {result.seconds.get('imports', 0):.0f} s (NeMo RL, torch), start {result.seconds.get('start', 0):.0f} s"
+          f" (Ray, data, environments, policy worker), grpo_train"
           f" {result.seconds.get('train', 0):.0f} s ({result.seconds.get('train', 0) / steps:.1f} s per step,"
           f" validation and checkpoints included); total {time.perf_counter() - started:.0f} s", file=out)
     (run_dir / "cpu_run.json").write_text(json.dumps({

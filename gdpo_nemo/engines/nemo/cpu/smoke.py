@@ -79,7 +79,7 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     token counts all use it). run_dir: where logs and checkpoints go (never the config's
     own). data: "offline" (our seeded offline rows of the task), "config" (the config's
     data files) or "auto" (the files when they exist here, else offline). tiny_model: the
-    policy is builtin:tiny, whose rewards are all 0, so DAPO dynamic sampling is turned
+    policy is builtin:tiny, whose rewards never vary, so DAPO dynamic sampling is turned
     off (it would only redraw) unless the overrides turn it back on. keep_wandb: keep the
     config's W&B logging (its project, group and name; offline files when no server answers,
     see `gdpo_nemo.runs.tracking.settle_external_wandb`) instead of turning it off.
@@ -95,9 +95,32 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     out = CpuConfig(config=copy.deepcopy(dict(config)))
     c, changes = out.config, out.changes
     run_dir = Path(run_dir).resolve()
-    samples = size.prompts * size.generations
 
-    # The model: a small one, in float32 (bf16 autocast is GPU-only here), on NeMo RL's v2 worker.
+    _model(c, changes, out.notes, model_dir, size)
+    _batch(c, changes, out.notes, size, tiny_model)
+    _data(c, changes, out.notes, data)
+    _places(c, changes, run_dir, keep_wandb)
+
+    if overrides:
+        c = out.config = to_plain(apply_overrides(c, overrides))
+        changes.extend(f"{o} (yours)" for o in overrides)
+    # Enough rows for every step and every DAPO redraw (NeMo RL ends a run quietly when its
+    # data runs out mid-step), validation on `prompts` rows; after the overrides, which may
+    # turn DAPO on or off, unless they set the limits themselves.
+    yours = {override_key(o) for o in overrides}
+    redraws = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1) if get_path(c, "grpo.use_dynamic_sampling") else 0
+    draws = (1 + redraws) * int(get_path(c, "grpo.batch_multiplier") or 1)
+    for split, rows in (("train", size.prompts * size.steps * draws), ("validation", size.prompts)):
+        if isinstance(get_path(c, f"data.{split}"), dict) and f"data.{split}.limit" not in yours:
+            _set(c, f"data.{split}.limit", int(rows), changes)
+    validate(c)
+    return out
+
+
+def _model(c: dict, changes: list, notes: list, model_dir: str, size: SmokeSize) -> None:
+    """The model: a small one, in float32 (bf16 autocast is GPU-only here), on NeMo RL's v2
+    worker; sequence budget and micro-batches for the CPU."""
+    samples = size.prompts * size.generations
     _set(c, "policy.model_name", str(model_dir), changes)
     _set(c, "policy.tokenizer.name", str(model_dir), changes)
     for env_name in our_env_blocks(c):
@@ -105,7 +128,7 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
         _set(c, f"env.{env_name}.num_workers", 1, changes)
     _set(c, "policy.precision", "float32", changes)
     if get_path(c, "policy.dtensor_cfg._v2") is False:
-        out.notes.append("policy.dtensor_cfg._v2 was false: the CPU path runs NeMo RL's v2 DTensor worker (the one our configs select)")
+        notes.append("policy.dtensor_cfg._v2 was false: the CPU path runs NeMo RL's v2 DTensor worker (the one our configs select)")
     for key, value in (("_v2", True), ("enabled", True), ("cpu_offload", False), ("tensor_parallel_size", 1),
                        ("context_parallel_size", 1), ("sequence_parallel", False), ("activation_checkpointing", False)):
         _set(c, f"policy.dtensor_cfg.{key}", value, changes)
@@ -126,7 +149,10 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "policy.logprob_batch_size", min(2, samples), changes)
     _set(c, "policy.generation_batch_size", samples, changes)
 
-    # The batch and the schedule.
+
+
+def _batch(c: dict, changes: list, notes: list, size: SmokeSize, tiny_model: bool) -> None:
+    """The batch and the schedule; DAPO off for builtin:tiny, its redraws capped."""
     _set(c, "grpo.num_prompts_per_step", int(size.prompts), changes)
     _set(c, "grpo.num_generations_per_prompt", int(size.generations), changes)
     _set(c, "grpo.max_num_steps", int(size.steps), changes)
@@ -136,29 +162,37 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "grpo.max_val_samples", int(size.prompts), changes)
     _set(c, "grpo.val_batch_size", int(size.prompts), changes)
     if tiny_model:
-        out.notes.append("builtin:tiny has random weights: its answers are noise, so each reward stays at what malformed"
+        notes.append("builtin:tiny has random weights: its answers are noise, so each reward stays at what malformed"
                          " text earns (not always 0: toolcall's correctness is -3, math's length 1) and every advantage"
-                         " is 0; the run checks the machinery (--model smollm2 for rewards that move)")
+                         " is 0; the run checks the machinery (--model smollm2 for rewards that move on math; on"
+                         " gsm8k and tool calling SmolLM2 rarely meets the format before the local engine's warm start)")
     if tiny_model and get_path(c, "grpo.use_dynamic_sampling"):
         _set(c, "grpo.use_dynamic_sampling", False, changes)
-        out.notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny's rewards do not vary, so DAPO would only"
+        notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny's rewards do not vary, so DAPO would only"
                          " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2)")
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
     _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, MAX_GEN_BATCHES), changes)
 
-    # Data: the task's offline rows where the files are not here (counts set below).
+
+
+def _data(c: dict, changes: list, notes: list, data: str) -> None:
+    """The task's offline rows where the files are not here (the row counts are set last)."""
     for split in ("train", "validation"):
         block = get_path(c, f"data.{split}")
         if not isinstance(block, dict):
             continue
         if data == "offline" or (data == "auto" and not _data_files_present(block)):
             if data == "auto":
-                out.notes.append(f"data.{split}: {block.get('data_path')} is not here; using the task's offline rows")
+                notes.append(f"data.{split}: {block.get('data_path')} is not here; using the task's offline rows")
             _set(c, f"data.{split}.source", "offline", changes)
             if "data_path" in block:
                 changes.append(f"data.{split}.data_path: {block.pop('data_path')!r} -> <removed>")
 
-    # Where it writes: the smoke run's own dir, never the config's run dir or checkpoints.
+
+
+def _places(c: dict, changes: list, run_dir: Path, keep_wandb: bool) -> None:
+    """Where it writes: the smoke run's own dir, never the config's run dir or checkpoints;
+    TensorBoard on, W&B off unless kept."""
     _set(c, "logger.log_dir", str(run_dir), changes)
     _set(c, "checkpointing.checkpoint_dir", str(run_dir / "checkpoints"), changes)
     _set(c, "checkpointing.enabled", True, changes)
@@ -174,18 +208,3 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
     _set(c, "logger.monitor_gpus", False, changes)
     _set(c, "cluster.num_nodes", 1, changes)
     _set(c, "cluster.gpus_per_node", 1, changes)
-
-    if overrides:
-        c = out.config = to_plain(apply_overrides(c, overrides))
-        changes.extend(f"{o} (yours)" for o in overrides)
-    # Enough rows for every step and every DAPO redraw (NeMo RL ends a run quietly when its
-    # data runs out mid-step), validation on `prompts` rows; after the overrides, which may
-    # turn DAPO on or off, unless they set the limits themselves.
-    yours = {override_key(o) for o in overrides}
-    redraws = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1) if get_path(c, "grpo.use_dynamic_sampling") else 0
-    draws = (1 + redraws) * int(get_path(c, "grpo.batch_multiplier") or 1)
-    for split, rows in (("train", size.prompts * size.steps * draws), ("validation", size.prompts)):
-        if isinstance(get_path(c, f"data.{split}"), dict) and f"data.{split}.limit" not in yours:
-            _set(c, f"data.{split}.limit", int(rows), changes)
-    validate(c)
-    return out

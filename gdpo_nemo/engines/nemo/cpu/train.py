@@ -55,14 +55,13 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     A Ray already started in this process is used and left running; otherwise a private
     one is started and stopped.
     """
+    entered = time.perf_counter()
     import ray
-    from torchdata.stateful_dataloader import StatefulDataLoader
 
     import nemo_rl.algorithms.grpo as grpo_module
     from nemo_rl.algorithms.loss import ClippedPGLossFn
     from nemo_rl.algorithms.utils import get_tokenizer, set_seed
-    from nemo_rl.data.collate_fn import rl_collate_fn
-    from nemo_rl.data.utils import load_dataloader_state, setup_response_data
+    from nemo_rl.data.utils import setup_response_data
     from nemo_rl.models.generation import configure_generation_config
     from nemo_rl.models.policy.lm_policy import Policy
     from nemo_rl.utils.checkpoint import CheckpointManager
@@ -77,6 +76,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
 
     started = time.perf_counter()
     config = dict(config)
+    imports = started - entered
     run_dir = prepare_run_dir(config)
     resume_step = latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"])
     result = CpuRun(run_dir=run_dir)
@@ -107,19 +107,9 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         last_checkpoint = checkpointer.get_latest_checkpoint_path()
         save_state = grpo_module._get_grpo_save_state(checkpointer.load_training_info(last_checkpoint))
 
-        grpo = master.grpo
-        prompts_per_batch = grpo.num_prompts_per_step
-        if grpo.use_dynamic_sampling:
-            prompts_per_batch = int(prompts_per_batch * grpo.batch_multiplier)
-        loader = StatefulDataLoader(dataset, batch_size=prompts_per_batch, shuffle=master.data["shuffle"],
-                                    collate_fn=rl_collate_fn, drop_last=True, num_workers=master.data["num_workers"])
-        if last_checkpoint is not None:
-            load_dataloader_state(loader, last_checkpoint, master.data)
-        val_loader = None
-        if grpo.val_period > 0 or grpo.val_at_start or grpo.val_at_end:
-            val_loader = StatefulDataLoader(val_dataset, batch_size=grpo.val_batch_size, shuffle=False,
-                                            collate_fn=rl_collate_fn, num_workers=master.data["num_workers"])
+        loader, val_loader = _loaders(master, dataset, val_dataset, last_checkpoint)
         loss_fn = ClippedPGLossFn(master.loss_fn)
+        grpo = master.grpo
 
         init_reference = master.loss_fn.reference_policy_kl_penalty > 0
         if not init_reference:  # as grpo.setup() does
@@ -134,6 +124,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         result.device_patches = ray.get(policy.worker_group.run_all_workers_single_data("device_patches"))[0]
         result.weights_before = _weights(policy)
         generation = PolicyGeneration(policy)
+        result.seconds["imports"] = imports
         result.seconds["start"] = time.perf_counter() - started
 
         trained = time.perf_counter()
@@ -147,18 +138,52 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     finally:
         stopping = time.perf_counter()
         writer.close()
-        if policy is not None:
-            policy.shutdown()
-        if virtual_cluster is not None:
-            virtual_cluster.shutdown()  # its placement groups: a later run in this Ray reuses the name
-        grpo_module.shutdown_environments(task_to_env, val_task_to_env)
-        if own_ray:
-            cluster.stop_ray()
+        _shut_down(policy, virtual_cluster, (task_to_env, val_task_to_env), own_ray)
         result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()
     if not result.timed_out:
         rundir.mark_done(run_dir, "done (NeMo RL grpo_train on the CPU)\n")
     return result
+
+
+def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> None:
+    """Stop what train_on_cpu started, whichever of it exists: the policy's workers, the
+    virtual cluster's placement groups (a later run in this Ray reuses their name), the
+    environment actors, and the Ray it started itself."""
+    import nemo_rl.algorithms.grpo as grpo_module
+
+    from gdpo_nemo.engines.nemo.cpu import cluster
+
+    if policy is not None:
+        policy.shutdown()
+    if virtual_cluster is not None:
+        virtual_cluster.shutdown()
+    grpo_module.shutdown_environments(*environments)
+    if own_ray:
+        cluster.stop_ray()
+
+
+def _loaders(master, dataset, val_dataset, last_checkpoint):
+    """(train loader, validation loader or None) as grpo.setup() makes them: DAPO's batch
+    multiplier on the prompts per batch, the loader state of the checkpoint resumed from."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.utils import load_dataloader_state
+
+    grpo = master.grpo
+    prompts_per_batch = grpo.num_prompts_per_step
+    if grpo.use_dynamic_sampling:
+        prompts_per_batch = int(prompts_per_batch * grpo.batch_multiplier)
+    loader = StatefulDataLoader(dataset, batch_size=prompts_per_batch, shuffle=master.data["shuffle"],
+                                collate_fn=rl_collate_fn, drop_last=True, num_workers=master.data["num_workers"])
+    if last_checkpoint is not None:
+        load_dataloader_state(loader, last_checkpoint, master.data)
+    val_loader = None
+    if grpo.val_period > 0 or grpo.val_at_start or grpo.val_at_end:
+        val_loader = StatefulDataLoader(val_dataset, batch_size=grpo.val_batch_size, shuffle=False,
+                                        collate_fn=rl_collate_fn, num_workers=master.data["num_workers"])
+    return loader, val_loader
 
 
 def _weights(policy) -> float:
