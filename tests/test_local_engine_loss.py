@@ -174,7 +174,7 @@ def test_sampling_logprobs_equal_a_full_forward_pass(tiny):
 def test_one_update_raises_logprob_of_positive_advantage_completion_and_lowers_negative(tiny):
     import copy
 
-    from gdpo_nemo.engines.local.trainer import update_policy as _policy_update
+    from gdpo_nemo.engines.local.policy_update import update_policy as _policy_update
 
     model, tokenizer = tiny
     model = copy.deepcopy(model)
@@ -204,7 +204,7 @@ def test_micro_batches_accumulate_exactly_the_global_batch_gradient(tiny):
     # micro-batch gradients equal the gradient of the whole batch in one piece.
     import copy
 
-    from gdpo_nemo.engines.local.trainer import update_policy as _policy_update
+    from gdpo_nemo.engines.local.policy_update import update_policy as _policy_update
 
     model, tokenizer = tiny
     rollouts = _sample(model, tokenizer, seed=4)
@@ -235,7 +235,7 @@ def test_an_update_with_a_non_finite_gradient_is_skipped_and_counted(tiny, poiso
     # writes NaN into the weights and the next sampling step fails.
     import copy
 
-    from gdpo_nemo.engines.local.trainer import update_policy as _policy_update
+    from gdpo_nemo.engines.local.policy_update import update_policy as _policy_update
 
     model, tokenizer = tiny
     rollouts = _sample(model, tokenizer, seed=3)

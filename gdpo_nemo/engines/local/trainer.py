@@ -13,11 +13,15 @@ One training step, as in the paper (and NeMo RL's `grpo_train`):
 and writes the run dir of docs/interfaces.md (names from gdpo_nemo.runs.rundir): config.yaml,
 metrics.jsonl, checkpoints/, wandb/, DONE. It reads top to bottom as:
 
-    setup       prepare_run_dir, setup -> TrainState (what the steps carry)
+    setup       lifecycle.start_run (runs/lifecycle.py, with RESUME_RULES), setup -> TrainState
+                (what the steps carry)
     step        run_step -> train_step: sample (1), score (2), advantages_for (3),
                 update_policy (4-6); step_metrics builds the record
     validate    validation_due, validate
     log         log_step: checkpoint, then metrics.jsonl / W&B
+
+The pieces live beside it: optimizer.py (policy.optimizer / policy.scheduler), scoring.py
+(steps 2-3), policy_update.py (steps 4-6), progress.py (the bar or step lines).
 
 Device (`gdpo.local.device`, device.py): the model, the sampling generator, the rollouts,
 rewards, advantages and every batch tensor of steps 1-6 live on it; the data order and the
@@ -28,9 +32,7 @@ and the loss are fp32.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,115 +42,34 @@ import torch
 
 from gdpo_nemo.engines.local import checkpoint as ckpt
 from gdpo_nemo.engines.local import device as dev
-from gdpo_nemo.engines.local.generation import Rollouts, sample_completions, shared_prompt_logprobs
-from gdpo_nemo.engines.local.loss import LossConfig, clipped_pg_loss
+from gdpo_nemo.engines.local.generation import Rollouts, sample_completions
+from gdpo_nemo.engines.local.loss import LossConfig
+from gdpo_nemo.engines.local.optimizer import build_optimizer, build_scheduler
+from gdpo_nemo.engines.local.policy_update import UPDATE_METRICS, reference_policy_logprobs, update_policy
+from gdpo_nemo.engines.local.progress import postfix, progress_bar
 from gdpo_nemo.engines.local.prompts import DataOrder, PromptSet, left_pad, load_prompt_sets
-from gdpo_nemo.runs import provenance, rundir
+from gdpo_nemo.engines.local.scoring import advantages_for, reward_metrics, score
+from gdpo_nemo.runs import lifecycle, provenance, rundir
 from gdpo_nemo.runs.run_id import RunId
 
 # Keys that may change between a run and its resume (they do not touch the trajectory).
 RESUMABLE_CHANGES = ("grpo.max_num_steps", "logger.", "gdpo.local.progress", "checkpointing.keep_top_k")
 
 
-# ---------------------------------------------------------------------------------------
-# Optimizer and LR schedule from policy.optimizer / policy.scheduler (NeMo RL's shapes).
-# ---------------------------------------------------------------------------------------
+def _with_current_defaults(saved: dict) -> dict:
+    """The run's saved config with keys added since it was written filled by today's
+    defaults, so that a code upgrade between a run and its resume is not a "change"."""
+    from gdpo_nemo.engines.local.config import resolve_and_check
 
-
-def build_optimizer(model, policy: dict):
-    """`policy.optimizer`: torch.optim.AdamW or torch.optim.Adam (the two names the config
-    check accepts) over the model's parameters with `kwargs` (lr, weight_decay, betas, eps)."""
-    name = policy["optimizer"]["name"]
-    kwargs = dict(policy["optimizer"]["kwargs"])
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
-    cls = torch.optim.AdamW if name == "torch.optim.AdamW" else torch.optim.Adam
     try:
-        return cls(model.parameters(), **kwargs)
-    except TypeError as err:
-        raise ValueError(f"policy.optimizer.kwargs={kwargs}: {err}") from None
+        return resolve_and_check(saved)[0]
+    except ValueError:
+        return saved  # a key that no longer validates: compare as saved, the diff names it
 
 
-def build_scheduler(optimizer, spec):
-    """NeMo RL's `policy.scheduler`: a list of `{name, kwargs}` entries (torch.optim.lr_scheduler
-    classes) plus an optional `{milestones: [...]}` entry that chains them with SequentialLR;
-    a single `{name, kwargs}` mapping; or null (constant LR). Stepped once per GRPO step."""
-    if spec is None:
-        return None
-    entries = [spec] if isinstance(spec, dict) else list(spec)
-    milestones = None
-    schedulers = []
-    for index, entry in enumerate(entries):
-        where = f"policy.scheduler[{index}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}={entry!r}: expected {{name, kwargs}} or {{milestones}}")
-        if "milestones" in entry and "name" not in entry:
-            milestones = list(entry["milestones"])
-            continue
-        name = entry.get("name", "")
-        prefix = "torch.optim.lr_scheduler."
-        cls = getattr(torch.optim.lr_scheduler, name[len(prefix):], None) if name.startswith(prefix) else None
-        if cls is None:
-            raise ValueError(f"{where}.name={name!r}: expected a torch.optim.lr_scheduler class, e.g. "
-                             "'torch.optim.lr_scheduler.LinearLR'")
-        try:
-            schedulers.append(cls(optimizer, **(entry.get("kwargs") or {})))
-        except TypeError as err:
-            raise ValueError(f"{where}.kwargs: {err}") from None
-    if not schedulers:
-        return None
-    if len(schedulers) == 1:
-        return schedulers[0]
-    if milestones is None or len(milestones) != len(schedulers) - 1:
-        raise ValueError(f"policy.scheduler: {len(schedulers)} schedulers need a {{milestones: [...]}} entry with "
-                         f"{len(schedulers) - 1} values")
-    return torch.optim.lr_scheduler.SequentialLR(optimizer, schedulers, milestones)
-
-
-# ---------------------------------------------------------------------------------------
-# The pieces of one step.
-# ---------------------------------------------------------------------------------------
-
-
-def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) -> tuple[dict, list]:
-    """Decode every completion and score it: ({name: Tensor[N] float32 on the rollouts'
-    device}, texts). Decoding and the reward functions run on the host."""
-    from gdpo_nemo.rewards.base import RewardDataError
-
-    completion_ids, completion_mask = rollouts.completion_ids.cpu(), rollouts.completion_mask.cpu()
-    texts = tokenizer.batch_decode(
-        [ids[mask.bool()] for ids, mask in zip(completion_ids, completion_mask)],
-        skip_special_tokens=True,
-    )
-    lengths = completion_mask.sum(-1).tolist()
-    tests = [e.tests for e in examples] if any(e.tests is not None for e in examples) else None
-    try:
-        scores = reward_set.score_batch(texts, [e.ground_truth for e in examples], num_tokens=lengths, tests=tests)
-    except RewardDataError as err:  # bad ground truth in our data: keep going, say so
-        log(f"reward data error (rows scored lowest): {err}")
-        scores = err.partial
-    device = rollouts.completion_ids.device
-    return {name: torch.tensor(values, dtype=torch.float32, device=device) for name, values in scores.items()}, texts
-
-
-def advantages_for(rewards: dict, group_ids: torch.Tensor, gdpo: dict, completion_mask: torch.Tensor) -> torch.Tensor:
-    """[N] advantages of the step from the registry (`gdpo_nemo.estimators`), with every
-    estimator option of the gdpo block (`gdpo_nemo.config.settings.EstimatorSettings`)."""
-    from gdpo_nemo.estimators import compute_advantages
-    from gdpo_nemo.config.settings import EstimatorSettings
-
-    settings = EstimatorSettings.from_gdpo(gdpo)
-    token_mask = completion_mask if settings.batch_norm == "token" else None
-    return compute_advantages(rewards, group_ids, settings.estimator, options=settings.options, token_mask=token_mask)
-
-
-def reward_metrics(rewards: dict, prefix: str) -> dict:
-    """`<prefix>/reward` (mean of the component sum, NeMo RL's total_reward) and
-    `<prefix>/reward/<name>` (mean of each component)."""
-    total = torch.stack(list(rewards.values())).sum(0)
-    metrics = {f"{prefix}/reward": float(total.mean())}
-    metrics.update({f"{prefix}/reward/{name}": float(values.mean()) for name, values in rewards.items()})
-    return metrics
+# What the local engine tells the run-dir lifecycle (runs/lifecycle.py) about its resumes.
+RESUME_RULES = lifecycle.ResumeRules(latest_checkpoint=ckpt.latest_checkpoint, resumable_changes=RESUMABLE_CHANGES,
+                                     as_saved_today=_with_current_defaults)
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,30 +87,6 @@ class RunResult:
     last_metrics: dict
     wall_time_s: float
     started_from: int = 0
-
-
-def _with_current_defaults(saved: dict) -> dict:
-    """The run's saved config with keys added since it was written filled by today's
-    defaults, so that a code upgrade between a run and its resume is not a "change"."""
-    from gdpo_nemo.engines.local.config import resolve_and_check
-
-    try:
-        return resolve_and_check(saved)[0]
-    except ValueError:
-        return saved  # a key that no longer validates: compare as saved, the diff names it
-
-
-def _config_differences(old: dict, new: dict, prefix: str = "") -> list:
-    keys = sorted(set(old) | set(new))
-    out = []
-    for key in keys:
-        where = f"{prefix}{key}"
-        a, b = old.get(key, "<missing>"), new.get(key, "<missing>")
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _config_differences(a, b, where + ".")
-        elif a != b:
-            out.append(where)
-    return out
 
 
 def load_initial_policy(config: dict, log=print):
@@ -256,61 +153,6 @@ class TrainState:
         return dev.autocast(self.device, self.config["gdpo"]["local"]["autocast"])
 
 
-def prepare_run_dir(config: dict, run_dir: Path, resume: bool, log=print, overwrite: bool = False) -> tuple[int, Path] | None:
-    """Create the run dir, write its config.yaml and clear a stale DONE. With `resume`,
-    returns the newest checkpoint `(step, path)` (None: start from step 0) after refusing a
-    config that differs from the saved one in keys that change the trajectory, or a
-    metrics.jsonl that does not belong with the checkpoint.
-
-    A run dir that already holds files is refused unless `resume` (continue it) or
-    `overwrite` (move the earlier run into ``replaced/<time>/`` and start again): nothing in
-    a run dir is ever truncated or deleted."""
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in the run dir, "
-                         "--overwrite moves it aside and starts again; pass one")
-    if rundir.holds_run_data(run_dir) and not resume:
-        if not overwrite:
-            raise ValueError(f"run dir {run_dir} already holds a run ({rundir.describe_run_dir(run_dir)}): pass --resume "
-                             "to continue it, or --overwrite to move it into "
-                             f"{run_dir / rundir.REPLACED_DIR}/<time>/ and start again (nothing is deleted)")
-        moved = rundir.move_aside(run_dir)
-        log(f"--overwrite: the earlier run in {run_dir} is now in {moved}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    latest = ckpt.latest_checkpoint(run_dir) if resume else None
-    config_path = rundir.config_path(run_dir)
-    if latest is not None and config_path.exists():
-        saved = rundir.read_config_file(config_path)
-        changed = [k for k in _config_differences(_with_current_defaults(saved), config)
-                   if not k.startswith(RESUMABLE_CHANGES)]
-        if changed:
-            raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
-                             " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
-    if latest is not None:
-        _check_metrics_match(run_dir, latest[0])
-    if resume and latest is None:
-        log(f"--resume: no checkpoint in {rundir.checkpoints_dir(run_dir)}; starting from step 0")
-    if latest is None:
-        rundir.set_aside_unlogged_provenance(run_dir)
-    rundir.write_config(run_dir, config)
-    rundir.clear_done(run_dir)
-    return latest
-
-
-def _check_metrics_match(run_dir: Path, step: int) -> None:
-    """Refuse to resume from checkpoint `step` when metrics.jsonl cannot be that run's: it
-    must hold every step before the checkpoint (the checkpoint's own record may be missing,
-    when the run was killed between saving and logging). Records after it are set aside by
-    the tracker and logged again."""
-    logged = {int(record["step"]) for record in rundir.read_metrics(run_dir)}
-    missing = sorted(set(range(1, step)) - logged)
-    if missing:
-        raise ValueError(
-            f"--resume: {rundir.metrics_path(run_dir)} lacks step(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} "
-            f"before the newest checkpoint step_{step}: the metrics and the checkpoint are not one run's. Keep this run "
-            f"dir as it is and start a new one (--run-dir), or --overwrite to move it aside"
-        )
-
-
 def _seed_and_pick_device(config: dict) -> torch.device:
     """Seed Python's and torch's global RNGs with `grpo.seed`, set the thread count, and
     return `gdpo.local.device` (made deterministic when `gdpo.local.deterministic`)."""
@@ -352,10 +194,10 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
         + list(policy["generation"]["stop_token_ids"] or []),
     )
     restored_metrics = _restore(state, latest) if latest is not None else None
-    provenance.append(run_dir, provenance.invocation_record(
-        numbers=provenance.numerics(device, dtype=local["dtype"], autocast=local["autocast"],
-                                    attention=dev.attention_backends(device)),
-        start_weights=start_weights, resumed_from=state.start_step if latest is not None else None))
+    lifecycle.record_start(
+        run_dir, numbers=provenance.numerics(device, dtype=local["dtype"], autocast=local["autocast"],
+                                             attention=dev.attention_backends(device)),
+        start_weights=start_weights, resumed_from=state.start_step if latest is not None else None)
     state.tracker = _open_tracker(config, run_dir, state.start_step if latest is not None else None, log=log)
     if restored_metrics is not None and not any(r.get("step") == state.start_step
                                                 for r in rundir.read_metrics(run_dir)):
@@ -440,7 +282,9 @@ def train_step(state: TrainState) -> dict:
     advantages = advantages_for(rewards, group_ids, state.config["gdpo"], rollouts.completion_mask)
 
     # 4-6. ratio, clip, step: one optimizer step per global batch, micro-batches accumulate
-    reference_logprobs = _reference_logprobs(state, rollouts)
+    reference_logprobs = reference_policy_logprobs(state.reference, rollouts, temperature,
+                                                   state.config["policy"]["logprob_batch_size"], state.device,
+                                                   state.autocast)
     with _timer(seconds, "policy_training", state.device):
         state.model.train()
         update = update_policy(state.model, state.optimizer, rollouts, advantages, reference_logprobs,
@@ -449,18 +293,6 @@ def train_step(state: TrainState) -> dict:
             state.scheduler.step()
         state.model.eval()
     return step_metrics(state, rollouts, rewards, group_ids, advantages, update, seconds)
-
-
-def _reference_logprobs(state: TrainState, rollouts: Rollouts) -> torch.Tensor | None:
-    """[N, C] logprobs of the completions under the frozen reference policy, for the KL
-    term; None when `loss_fn.reference_policy_kl_penalty` is 0."""
-    if state.reference is None:
-        return None
-    temperature = state.config["policy"]["generation"]["temperature"]
-    rows = range(rollouts.completion_ids.shape[0])
-    with torch.no_grad(), state.autocast():
-        return torch.cat([_logprobs_of_rows(state.reference, rollouts, chunk, temperature, state.device)
-                          for chunk in _chunks(rows, state.config["policy"]["logprob_batch_size"])])
 
 
 def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids: torch.Tensor,
@@ -493,11 +325,6 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
         "timing/train/policy_training_tokens_per_sec": generated_tokens / max(seconds["policy_training"], 1e-9),
         **dev.peak_memory_metrics(state.device),
     }
-
-
-# The keys of `update_policy`'s result, logged as train/<key> in this order.
-UPDATE_METRICS = ("loss", "grad_norm", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "clip_fraction",
-                  "skipped_updates")
 
 
 @contextlib.contextmanager
@@ -605,10 +432,10 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
     from gdpo_nemo.engines.local.models import check_model_available
 
     check_model_available(config["policy"]["model_name"])
-    latest = prepare_run_dir(config, run_dir, resume, log=log, overwrite=overwrite)
+    latest = lifecycle.start_run(run_dir, config, resume=resume, overwrite=overwrite, rules=RESUME_RULES, log=log)
     state = setup(config, run_dir, latest, log=log)
-    progress = _progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"],
-                             log=lambda line: log(line) if log is not print else print(line, flush=True))
+    progress = progress_bar(state.total_steps, state.start_step, enabled=config["gdpo"]["local"]["progress"],
+                            log=lambda line: log(line) if log is not print else print(line, flush=True))
     metrics: dict = {}
     exit_code = 1
     try:
@@ -618,143 +445,12 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
             metrics = run_step(state, step)
             log_step(state, step, metrics)
             progress.update(1)
-            progress.set_postfix_str(_postfix(metrics, state.reward_set.names))
-        rundir.mark_done(run_dir, f"{state.total_steps}\n")
+            progress.set_postfix_str(postfix(metrics, state.reward_set.names))
+        lifecycle.finish_run(run_dir, f"{state.total_steps}\n")
         exit_code = 0
     finally:
         progress.close()
         state.tracker.close(exit_code=exit_code)
     return RunResult(run_dir, state.total_steps, metrics, time.perf_counter() - started, state.start_step)
 
-
-# ---- steps 4-6: ratio, clip, step -----------------------------------------------------------
-
-
-def _chunks(rows, size: int):
-    rows = list(rows)
-    for start in range(0, len(rows), size):
-        yield rows[start:start + size]
-
-
-def _logprobs_of_rows(model, rollouts: Rollouts, rows, temperature: float, device) -> torch.Tensor:
-    """[len(rows), C] logprobs of the completions of `rows` (consecutive rows of one prompt
-    share its forward pass: `shared_prompt_logprobs`)."""
-    index = torch.as_tensor(rows, dtype=torch.long, device=rollouts.prompt_index.device)
-    _, counts = torch.unique_consecutive(rollouts.prompt_index[index], return_counts=True)
-    firsts = index[torch.cumsum(counts, 0) - counts]
-    return shared_prompt_logprobs(model, rollouts.prompt_ids[firsts].to(device), rollouts.prompt_mask[firsts].to(device),
-                                  counts, rollouts.completion_ids[index].to(device),
-                                  rollouts.completion_mask[index].to(device), temperature)
-
-
-def update_policy(model, optimizer, rollouts: Rollouts, advantages, reference_logprobs, loss_config: LossConfig,
-                  policy: dict, temperature: float, device, autocast=contextlib.nullcontext) -> dict:
-    """Steps 4-6 over the whole rollout batch: for each global batch of
-    `train_global_batch_size` rows, accumulate micro-batch gradients of the clipped loss
-    (normalized by the global batch's token / sample count), clip, step. `autocast()` is the
-    forward passes' precision context; the loss is computed in fp32 outside it.
-
-    An update whose clipped gradient norm is not finite is skipped (the weights stay as they
-    were; `skipped_updates` counts them, and `grad_norm` shows the NaN or inf).
-
-    Returns the means over global batches of `loss`, `kl_penalty` and `grad_norm`, the number
-    of skipped updates, and the token means of `probs_ratio`, `probs_ratio_clamped` and
-    `clip_fraction` (UPDATE_METRICS)."""
-    rows_total = rollouts.completion_ids.shape[0]
-    global_batch = policy["train_global_batch_size"]
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    totals = {"loss": 0.0, "kl_penalty": 0.0, "probs_ratio_sum": 0.0, "probs_ratio_clamped_sum": 0.0,
-              "clipped_tokens": 0.0}
-    grad_norms, tokens_seen, num_global, skipped = [], 0.0, rows_total // global_batch, 0
-    for start in range(0, rows_total, global_batch):
-        batch_rows = list(range(start, start + global_batch))
-        valid_tokens = float(rollouts.completion_mask[batch_rows].sum())
-        optimizer.zero_grad(set_to_none=True)
-        for rows in _chunks(batch_rows, policy["train_micro_batch_size"]):
-            _, parts = _micro_batch_backward(model, rollouts, rows, advantages, reference_logprobs, loss_config,
-                                             temperature, device, autocast, valid_tokens, len(batch_rows))
-            for key in totals:
-                totals[key] += parts[key]
-        # 6. step: clip the global gradient norm, AdamW
-        max_norm = policy["max_grad_norm"]
-        norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm if max_norm is not None else math.inf))
-        grad_norms.append(norm)
-        if math.isfinite(norm):
-            optimizer.step()
-        else:  # a NaN or inf gradient would make every weight NaN: leave them as they are
-            skipped += 1
-            print(f"warning: the gradient's norm is {norm} (not finite): this update is skipped, the weights are "
-                  "unchanged (train/skipped_updates counts them)", file=sys.stderr, flush=True)
-        tokens_seen += valid_tokens
-    optimizer.zero_grad(set_to_none=True)
-    return {
-        "loss": totals["loss"] / num_global,
-        "kl_penalty": totals["kl_penalty"] / num_global,
-        "grad_norm": sum(grad_norms) / len(grad_norms),
-        "skipped_updates": skipped,
-        "probs_ratio": totals["probs_ratio_sum"] / max(tokens_seen, 1.0),
-        "probs_ratio_clamped": totals["probs_ratio_clamped_sum"] / max(tokens_seen, 1.0),
-        "clip_fraction": totals["clipped_tokens"] / max(tokens_seen, 1.0),
-    }
-
-
-def _micro_batch_backward(model, rollouts: Rollouts, rows: list, advantages, reference_logprobs,
-                          loss_config: LossConfig, temperature: float, device, autocast,
-                          global_valid_tokens: float, global_valid_samples: int) -> tuple[torch.Tensor, dict]:
-    """Steps 4-5 on micro-batch `rows`: the ratio's logprobs under the current weights, the
-    clipped loss (normalized by the global batch), backward. Returns `clipped_pg_loss`'s
-    (loss, metrics)."""
-    index = torch.as_tensor(rows, dtype=torch.long, device=device)
-    completion_mask = rollouts.completion_mask[index].to(device)
-    # 4. ratio: logprobs of the sampled tokens under the current weights
-    with autocast():
-        logprobs = _logprobs_of_rows(model, rollouts, rows, temperature, device)
-    width = logprobs.shape[1]
-    old_logprobs = rollouts.logprobs[index, :width].to(device)
-    # 5. clip: NeMo RL's ClippedPGLossFn
-    loss, parts = clipped_pg_loss(
-        logprobs,
-        old_logprobs,
-        advantages[index].to(device=device, dtype=logprobs.dtype),
-        completion_mask[:, :width],
-        loss_config,
-        global_valid_tokens=global_valid_tokens,
-        global_valid_samples=float(global_valid_samples),
-        reference_logprobs=None if reference_logprobs is None else reference_logprobs[index, :width].to(device),
-        generation_logprobs=old_logprobs,
-    )
-    loss.backward()
-    return loss, parts
-
-
-class _StepLines:
-    """Progress without a bar (`gdpo.local.progress: false`, as sweep jobs run): one line
-    per step, flushed, so that `tail -f` of a Slurm log shows the run's life as NeMo RL's
-    and TRL's logs do."""
-
-    def __init__(self, total: int, done: int, log):
-        self.total, self.step, self.log = total, done, log
-
-    def update(self, n=1):
-        self.step += n
-
-    def set_postfix_str(self, text):
-        self.log(f"step {self.step}/{self.total}: {text}")
-
-    def close(self):
-        pass
-
-
-def _progress_bar(total: int, done: int, enabled: bool, log=print):
-    if not enabled:
-        return _StepLines(total, done, log)
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc="train", unit="step", dynamic_ncols=True)
-
-
-def _postfix(metrics: dict, names) -> str:
-    parts = [f"{name}={metrics.get(f'train/reward/{name}', float('nan')):.2f}" for name in names]
-    parts.append(f"{metrics.get('timing/train/total_step_time', 0.0):.1f}s/step")
-    return " ".join(parts)
 

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 
 from gdpo_nemo.config import ConfigError, load_config_file
-from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs import lifecycle, provenance, rundir
 
 __all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
 
@@ -105,23 +105,23 @@ def reclaim_sigterm() -> None:
 
 
 def prepare_run_dir(config: dict) -> Path:
-    """Create the run dir (logger.log_dir), write config.yaml there, drop a stale DONE, and
-    add this invocation's provenance (runs/provenance.py): code, libraries, the precision the
-    config asks for; the weights are NeMo RL's to load (on its workers), so their digest is
-    not taken, only their name."""
+    """Start or continue the run dir (logger.log_dir) by the one lifecycle (runs/lifecycle.py):
+    config.yaml, no stale DONE, and this invocation's provenance: code, libraries, the
+    precision the config asks for; the weights are NeMo RL's to load (on its workers), so
+    their digest is not taken, only their name. NeMo RL resumes on its own from
+    ``checkpointing.checkpoint_dir``, so nothing already in the run dir is refused."""
     from gdpo_nemo.engines.nemo.metrics import latest_checkpoint_step
-    from gdpo_nemo.runs import provenance
 
     run_dir = Path(config["logger"]["log_dir"])
-    rundir.write_config(run_dir, config)
-    rundir.clear_done(run_dir)
+    lifecycle.start_run(run_dir, config)
     policy = config["policy"]
-    provenance.append(run_dir, provenance.invocation_record(
+    lifecycle.record_start(
+        run_dir,
         numbers={"engine": "nemo", "precision": policy.get("precision"),
                  "generation_backend": (policy.get("generation") or {}).get("backend")},
         start_weights={"source": policy["model_name"], "digest": None},
         resumed_from=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]),
-        libraries=provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES))))
+        libraries=provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES)))
     return run_dir
 
 
@@ -147,7 +147,7 @@ def launch(config: dict, script: Path) -> None:
         sys.argv = saved_argv
         writer.close()
     if not state.timed_out:
-        rundir.mark_done(run_dir, "done\n")
+        lifecycle.finish_run(run_dir, "done\n")
 
 
 def load_nemo_config(path, overrides=()) -> dict:
