@@ -70,29 +70,32 @@ def plan_arms(config_path, out: Path, steps: int | None) -> tuple[dict, list, in
 
 
 def _progress(arms: dict, total: int):
-    """(poll, close): tqdm bars, one per arm, moved by the steps in its metrics.jsonl (only on
-    a terminal; the runner's started / finished lines say the rest)."""
+    """(poll, log, close): tqdm bars, one per arm, moved by the steps in its metrics.jsonl;
+    made at the first poll, once the runs have started (the shared preparation prints above
+    them), and only on a terminal. `log` prints a line above the bars."""
     from tqdm import tqdm
 
     from gdpo_nemo.runs import rundir
 
-    bars = {label: tqdm(total=total, desc=label, unit="step", position=index, disable=None, leave=True)
-            for index, (label, run) in enumerate(arms.items())}
+    bars: dict = {}
 
     def poll() -> None:
+        if not bars:
+            bars.update({label: tqdm(total=total, desc=label, unit="step", position=index, disable=None, leave=True)
+                         for index, label in enumerate(arms)})
         for label, run in arms.items():
             path = rundir.metrics_path(run.run_dir)
             done = path.read_bytes().count(b"\n") if path.is_file() else 0  # whole lines: one per step
-            bar = bars[label]
-            if done > bar.n:
-                bar.update(min(done, total) - bar.n)
+            if min(done, total) > bars[label].n:
+                bars[label].update(min(done, total) - bars[label].n)
 
     def close() -> None:
-        poll()
-        for bar in bars.values():
-            bar.close()
+        if bars:
+            poll()
+            for bar in bars.values():
+                bar.close()
 
-    return poll, close
+    return poll, tqdm.write, close
 
 
 def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, list]:
@@ -107,9 +110,9 @@ def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, l
     arms, names, total = plan_arms(config_path, out, steps)
     for label, run in arms.items():
         print(f"== {label}: {run.run_dir} (log {run.log_path})")
-    poll, close = _progress(arms, total)
+    poll, log, close = _progress(arms, total)
     try:
-        failed = run_all(list(arms.values()), len(arms), out=out, cache=cache_dir(), on_poll=poll)
+        failed = run_all(list(arms.values()), len(arms), out=out, cache=cache_dir(), on_poll=poll, log=log)
     finally:
         close()
     if failed:
