@@ -33,7 +33,14 @@ def run_report(source: Path, out: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
+def code_at_start() -> dict:
+    """The checkout's code version when the study started (a commit made while the tests run
+    moves HEAD; the runs record the one they ran)."""
+    return provenance.code_version()
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, code_at_start) -> Path:
     """The smoke CPU study, seeds 0 and 1: four finished tiny runs made by the study runner."""
     out = tmp_path_factory.mktemp("provenance") / "study"
     env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
@@ -49,14 +56,14 @@ def runs_of(runs: Path) -> dict[str, Path]:
     return {p.name.split("__")[3] + p.name[-1]: p for p in sorted(runs.iterdir())}
 
 
-def test_each_run_records_code_libraries_numerics_and_the_weights_it_started_from(study):
+def test_each_run_records_code_libraries_numerics_and_the_weights_it_started_from(study, code_at_start):
     runs = runs_of(study / "runs")
     assert sorted(runs) == ["gdpo0", "gdpo1", "grpo0", "grpo1"]
     records = {name: provenance.read(path) for name, path in runs.items()}
     for name, invocations in records.items():
         assert len(invocations) == 1 and invocations[0]["resumed_from_step"] is None
         first = invocations[0]
-        assert first["code"] == provenance.code_version()
+        assert first["code"] == code_at_start
         assert first["code"]["commit"] and len(first["code"]["commit"]) == 40
         assert first["libraries"]["torch"] == torch.__version__
         assert first["numerics"]["device"] == "cpu" and first["numerics"]["dtype"] == "float32"

@@ -116,10 +116,12 @@ def test_the_pool_reuses_sandboxes_and_reports_like_fresh_ones(sandbox):
         uids = {worker.uid for worker in reused._kept}
         assert [line.split(" ", 1)[-1] for line in kept] == [line.split(" ", 1)[-1] for line in made]
         if None not in uids:  # root harness
-            assert {int(line.split()[0]) for line in kept[2::3]} == uids
+            # which worker takes which job is the scheduler's choice (on a loaded machine one
+            # may take them all): each reused program ran as a worker's own uid
+            assert {int(line.split()[0]) for line in kept[2::3]} <= uids and len(uids) == 2
             one_off = [int(line.split()[0]) for line in made[2::3]]
             assert len(set(one_off)) == len(one_off) == 4 and not set(one_off) & uids
-        assert sum(worker.started for worker in reused._kept) == 2
+        assert 1 <= sum(worker.started for worker in reused._kept) <= 2  # 12 jobs, one sandbox start per worker used
 
 
 def test_the_pool_passes_call_and_eval_cases_through(sandbox):
