@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gdpo_nemo import config as cc
-from gdpo_nemo.config import nemo_keys
+from gdpo_nemo.config import key_walk, nemo_keys
 from gdpo_nemo.runs.run_id import RunId
 
 REPO = Path(__file__).resolve().parents[1]
@@ -411,13 +411,13 @@ def test_user_override_of_a_missing_key_is_reported(tmp_path, toolcall_gdpo):
 
 def test_schema_walker_reports_unknown_missing_and_mistyped_keys():
     schema = {"a": "int", "b?": "float|null", "c": {"d": "list[str]"}}
-    assert nemo_keys.check_against_schema({"a": 1, "c": {"d": ["x"]}}, schema) == []
-    assert nemo_keys.check_against_schema({"a": True, "b": 2, "c": {"d": [1]}, "e": 0}, schema) == [
+    assert key_walk.check_against_schema({"a": 1, "c": {"d": ["x"]}}, schema) == []
+    assert key_walk.check_against_schema({"a": True, "b": 2, "c": {"d": [1]}, "e": 0}, schema) == [
         "a: True is not int",
         "c.d: [1] is not list[str]",
         "e: unknown key; the top level accepts ['a', 'b', 'c']",
     ]
-    assert nemo_keys.check_against_schema({"c": {}}, schema) == [
+    assert key_walk.check_against_schema({"c": {}}, schema) == [
         "c.d: missing; expected list[str]",
         "a: missing; expected int",
     ]
@@ -427,8 +427,8 @@ def test_schema_keys_required_only_when_the_section_is_enabled():
     disabled = {"enabled": False}
     enabled = {"enabled": True}
     spec = nemo_keys.TREE["policy"]["dynamic_batching"]
-    assert nemo_keys.check_against_schema(disabled, spec, "policy.dynamic_batching") == []
-    assert nemo_keys.check_against_schema(enabled, spec, "policy.dynamic_batching") == [
+    assert key_walk.check_against_schema(disabled, spec, "policy.dynamic_batching") == []
+    assert key_walk.check_against_schema(enabled, spec, "policy.dynamic_batching") == [
         "policy.dynamic_batching.train_mb_tokens: missing (required when enabled is true); expected int",
         "policy.dynamic_batching.sequence_length_round: missing (required when enabled is true); expected int",
     ]
@@ -440,7 +440,7 @@ def test_the_walker_reports_every_problem_of_a_config_at_once(toolcall_gdpo):
     config["loss_fn"]["ratio_clip_min"] = "0.2"  # a string
     del config["checkpointing"]["keep_top_k"]  # required by NeMo RL
     config["gdpo"]["eps"] = -1.0  # out of the setting's range
-    problems = nemo_keys.walk(config).problems
+    problems = key_walk.walk(config).problems
     assert sorted(line.split(":")[0] for line in problems) == [
         "checkpointing.keep_top_k", "gdpo.eps", "grpo.num_prompt_per_step", "loss_fn.ratio_clip_min"]
     with pytest.raises(cc.ConfigError) as err:
@@ -452,8 +452,8 @@ def test_schema_dataset_may_be_one_mapping_or_a_list_of_them():
     data = {"max_input_seq_length": None, "shuffle": True}
     one = dict(data, train={"dataset_name": "x", "split": "train"})
     many = dict(data, train=[{"dataset_name": "x"}, {"dataset_name": "y", "splt": "test"}])
-    assert nemo_keys.check_against_schema(one, nemo_keys.DATA, "data") == []
-    problems = nemo_keys.check_against_schema(many, nemo_keys.DATA, "data")
+    assert key_walk.check_against_schema(one, nemo_keys.DATA, "data") == []
+    problems = key_walk.check_against_schema(many, nemo_keys.DATA, "data")
     assert len(problems) == 1 and problems[0].startswith("data.train[1].splt: unknown key")
 
 

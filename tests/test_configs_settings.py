@@ -170,11 +170,11 @@ def _tree_paths_in(config: dict, leaves: dict, prefix: str = "") -> set[str]:
 def test_the_key_tree_is_the_local_engines_only_list_of_nemo_rl_keys():
     """From a config of nothing but a gdpo block, the local engine builds exactly the tree's
     leaves it uses (at their defaults) and those it refuses (at their neutral values)."""
-    from gdpo_nemo.config import nemo_keys
+    from gdpo_nemo.config import key_walk, nemo_keys
     from gdpo_nemo.engines.local.config import check_config
 
     config, note = check_config({"gdpo": {}})
-    leaves = dict(nemo_keys.leaves())
+    leaves = dict(key_walk.leaves())
     used = {path for path, leaf in leaves.items() if leaf.fate == nemo_keys.USED}
     refused = {path for path, leaf in leaves.items()
                if leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT}
@@ -190,12 +190,12 @@ def test_the_key_tree_is_the_local_engines_only_list_of_nemo_rl_keys():
 
 
 def test_the_local_engine_names_exactly_the_keys_the_tree_marks_ignored():
-    from gdpo_nemo.config import nemo_keys
+    from gdpo_nemo.config import key_walk, nemo_keys
     from gdpo_nemo.config.validate import check_keys
 
     composed = cc.compose("gsm8k", "tiny", "gdpo")
     found = check_keys(composed, engine="local")
-    leaves = dict(nemo_keys.leaves())
+    leaves = dict(key_walk.leaves())
     assert found.problems == [] and len(found.ignored) > 20
     for path in found.ignored:  # a key, or a section all of whose keys are ignored
         under = [leaf for key, leaf in leaves.items() if key == path or key.startswith(path + ".")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo.config import ConfigError, nemo_keys, settings
+from gdpo_nemo.config import ConfigError, key_walk, settings
 from gdpo_nemo.engines.contract import ENGINES, Engine, engine, register_engine
 from gdpo_nemo.sweep import profiles
 
@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_list_of_engines_is_the_registry():
     assert list(ENGINES) == ["local", "nemo"]
-    assert settings.ENGINES == nemo_keys.ENGINES == profiles.ENGINES == tuple(ENGINES)
+    assert settings.ENGINES == key_walk.ENGINES == profiles.ENGINES == tuple(ENGINES)
     for name in ENGINES:
-        nemo_keys.walk({}, engine=name)  # the key tree has a fate for every key on each engine
+        key_walk.walk({}, engine=name)  # the key tree has a fate for every key on each engine
     with pytest.raises(ValueError, match="engine 'trl' is not known: use one of local, nemo"):
         engine("trl")
 

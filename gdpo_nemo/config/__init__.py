@@ -11,8 +11,9 @@ One module per concern:
 - `experiments`: ``experiments/<name>.yaml`` -> `RunSpec` values.
 - `nemo_keys`: the key tree, written down once: NeMo RL's keys (held to NeMo RL's own
   classes by tests/nemo_tier/test_schema_parity.py), each with its type, its fate on the local
-  engine and the default that engine fills in, plus the gdpo block; and the one walker both
-  engines check a config with.
+  engine and the default that engine fills in, plus the gdpo block (data only).
+- `key_walk`: the one walker over that tree, with which both engines check a config
+  (`walk`, `check_against_schema`, `leaves`, `has_key`, `types`).
 
 The API the sweep, the CLI and the engines use::
 

@@ -5,7 +5,7 @@ checks, and reports every problem by key path in one ConfigError:
 
 - the key tree (gdpo_nemo/config/nemo_keys.py: NeMo RL's keys and the gdpo block, whose
   leaves carry the settings checks of gdpo_nemo/config/settings.py): unknown, missing,
-  mistyped keys, each reported by the one walker;
+  mistyped keys, each reported by the one walker (gdpo_nemo/config/key_walk.py);
 - the gdpo block as a whole (`check_keys`): what no single key shows: the reward set against the
   task, weights that name no component, GDPO's need for two components (`reward_problems`),
   and estimator options that only make sense together (`estimator_option_problems`:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from gdpo_nemo.config import nemo_keys
+from gdpo_nemo.config import key_walk, nemo_keys
 from gdpo_nemo.checks import is_int, is_number
 from gdpo_nemo.config.derive import (
     DATASET_CLASS,
@@ -72,7 +72,7 @@ ENV_SCHEMA = {
 def gdpo_key_problems(gdpo: Mapping, where: str = "gdpo") -> list[str]:
     """One line per unknown, missing or refused gdpo key ("gdpo.eps: -1 is not accepted;
     expected a number >= 0.0 or null"): the key tree's walk of the gdpo block alone."""
-    return nemo_keys.walk(dict(gdpo), nemo_keys.RUN_CONFIG["gdpo"], path=where).problems
+    return key_walk.walk(dict(gdpo), nemo_keys.RUN_CONFIG["gdpo"], path=where).problems
 
 
 def reward_problems(gdpo: Mapping) -> list[str]:
@@ -134,9 +134,9 @@ def estimator_option_problems(gdpo: Mapping) -> list[str]:
     return problems
 
 
-def check_keys(config: Mapping, *, engine: str = "nemo") -> nemo_keys.Walk:
+def check_keys(config: Mapping, *, engine: str = "nemo") -> key_walk.Walk:
     """The check both engines run first, with the same lines on both: the key tree walked for
-    `engine` (`nemo_keys.walk`: every unknown, mistyped, and on nemo missing, key; on local
+    `engine` (`key_walk.walk`: every unknown, mistyped, and on nemo missing, key; on local
     also keys outside what it implements), then, when the gdpo block's keys are sound, the
     block as a whole: the run's name, estimator options together, the reward set.
 
@@ -147,7 +147,7 @@ def check_keys(config: Mapping, *, engine: str = "nemo") -> nemo_keys.Walk:
         raise ConfigError(f"config: {type(config).__name__} is not a mapping")
     if "gdpo" not in config:
         raise ConfigError(NO_GDPO_BLOCK)
-    found = nemo_keys.walk(dict(config), engine=engine)
+    found = key_walk.walk(dict(config), engine=engine)
     gdpo = found.config.get("gdpo")
     if isinstance(gdpo, dict) and not any(line.startswith(("gdpo.", "gdpo:")) for line in found.problems):
         try:
@@ -211,7 +211,7 @@ def _check_env_and_data(config: Mapping, problems: list[str]) -> None:
 def _check_env_block(name: str, block, gdpo: Mapping, problems: list[str]) -> None:
     """One of our environments' env.<name> block: its keys, and agreement with the gdpo block."""
     before = len(problems)
-    problems.extend(nemo_keys.check_against_schema(block, ENV_SCHEMA, f"env.{name}"))
+    problems.extend(key_walk.check_against_schema(block, ENV_SCHEMA, f"env.{name}"))
     if len(problems) > before:
         return
     if name != ENV_NAMES.get(block["task"]):

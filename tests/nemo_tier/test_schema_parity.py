@@ -4,7 +4,7 @@ gdpo_nemo keeps a copy of NeMo RL's GRPO config schema, the key tree `nemo_keys.
 `gdpo-nemo config` and `gdpo-nemo train` refuse a bad key without NeMo RL installed, and
 refuse unknown keys, which NeMo RL's extra="allow" classes keep silently). Its leaves also
 carry their local-engine fate and default; the keys and types are compared here as types
-alone (`nemo_keys.types()`), the defaults with the pydantic classes' own. These tests read NeMo RL's classes (MasterConfig and every
+alone (`key_walk.types()`), the defaults with the pydantic classes' own. These tests read NeMo RL's classes (MasterConfig and every
 TypedDict / pydantic model under it) at the pinned commit and translate them into the copy's
 notation, so the two cannot drift: every difference must be one of the deliberate ones
 listed, with its reason, in nemo_keys.DEPARTURES.
@@ -25,8 +25,9 @@ import types
 import typing
 from pathlib import Path
 
-from gdpo_nemo.config import nemo_keys
-from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf, _describe
+from gdpo_nemo.config import key_walk, nemo_keys
+from gdpo_nemo.config.key_walk import _describe
+from gdpo_nemo.config.nemo_keys import WHEN_ENABLED, Alt, ListOf
 
 _SCALARS = {int: "int", float: "float", bool: "bool", str: "str", type(None): "null", Path: "str", os.PathLike: "str"}
 
@@ -229,13 +230,13 @@ def test_nemo_rl_master_config_translates_into_the_schema_notation():
 
 
 def test_our_schema_differs_from_nemo_rl_only_where_nemo_keys_says_why():
-    found = differences(nemo_keys.types(), _nemo_rl_schema())
+    found = differences(key_walk.types(), _nemo_rl_schema())
     unexplained = {path: what for path, what in found.items() if path not in nemo_keys.DEPARTURES}
     assert not unexplained, "\n".join(f"{path}: {what}" for path, what in sorted(unexplained.items()))
 
 
 def test_every_departure_listed_in_nemo_keys_still_exists():
-    found = differences(nemo_keys.types(), _nemo_rl_schema())
+    found = differences(key_walk.types(), _nemo_rl_schema())
     stale = sorted(set(nemo_keys.DEPARTURES) - set(found))
     assert not stale, f"nemo_keys.DEPARTURES lists paths that no longer differ from NeMo RL: {stale}"
 
@@ -269,7 +270,7 @@ def test_what_the_local_engine_fills_in_is_nemo_rls_own_default_where_it_has_one
     theirs = _pydantic_defaults(MasterConfig)
     ours = {
         path: leaf.default if leaf.fate == nemo_keys.USED else leaf.accepted[0]
-        for path, leaf in nemo_keys.leaves()
+        for path, leaf in key_walk.leaves()
         if leaf.fate == nemo_keys.USED or (leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT)
     }
     compared = sorted(set(ours) & set(theirs))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gdpo_nemo.config import nemo_keys
+from gdpo_nemo.config import key_walk
 from gdpo_nemo.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import read_config_file, to_plain
@@ -57,7 +57,7 @@ def check_config(raw: dict) -> tuple[dict, str | None]:
 def _engine_problems(config: dict) -> list[str]:
     gdpo = config.get("gdpo")
     engine = gdpo.get("engine") if isinstance(gdpo, dict) else None
-    if engine == "local" or engine not in nemo_keys.ENGINES:
+    if engine == "local" or engine not in key_walk.ENGINES:
         return []  # a name no engine has is the walk's to report
     return [f"gdpo.engine: {engine!r} is not accepted; expected 'local': the local engine runs configs meant for it"
             " (compose one with `gdpo-nemo config show task=... model=... algo=... cluster=local -o RUN.yaml`; run"
@@ -114,7 +114,7 @@ def load_run_config(path, overrides=()) -> tuple[dict, str | None]:
     Hydra's grammar (gdpo_nemo.config.overrides; a plain `key=value` may set a key of the tree
     that the file leaves out), resolve interpolations and check it.
     Returns `(config, ignored-keys note)`."""
-    config = to_plain(apply_overrides(read_config_file(Path(path)), overrides, settable=nemo_keys.has_key))
+    config = to_plain(apply_overrides(read_config_file(Path(path)), overrides, settable=key_walk.has_key))
     keys = [override_key(o) for o in overrides]
     reconcile_algo(config, keys, refuse=False)  # the run's names follow its method (config.identity)
     checked, note = check_config(config)

@@ -50,10 +50,10 @@ class EnvSettings:
     @classmethod
     def from_config(cls, block: Mapping, where: str = "env") -> "EnvSettings":
         """Settings from an ``env.<name>`` block; ValueError naming the key at fault."""
-        from gdpo_nemo.config import nemo_keys
+        from gdpo_nemo.config import key_walk
         from gdpo_nemo.config.validate import ENV_SCHEMA, env_value_problems
 
-        problems = nemo_keys.check_against_schema(dict(block), ENV_SCHEMA, where) or env_value_problems(block, where)
+        problems = key_walk.check_against_schema(dict(block), ENV_SCHEMA, where) or env_value_problems(block, where)
         if problems:
             raise ValueError("; ".join(problems))
         return cls(
