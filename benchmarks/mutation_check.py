@@ -86,8 +86,10 @@ MUTANTS = [
     Mutant("no address-space limit", "gdpo_nemo/sandbox/_driver.py",
            'resource.setrlimit(resource.RLIMIT_AS, (header["memory_bytes"], header["memory_bytes"]))', "pass",
            ("tests/test_sandbox.py", "tests/test_sandbox_integrity.py")),
+    # The filter's jump to its `kill` check dropped (removing `kill` from the number table,
+    # this mutant's first form, now crashes the filter's construction: no longer the bug).
     Mutant("kill not filtered", "gdpo_nemo/sandbox/seccomp.py",
-           '"setpgid": 109, "kill": 62, "tkill": 200,', '"setpgid": 109, "tkill": 200,',
+           '    code.append((_JEQ_K, "kill", 0, table["kill"]))\n', '',
            ("tests/test_sandbox_round2.py",)),
     # engines and sweeps (the mutations issue 27 named)
     Mutant("warm start built but the base model trained", "gdpo_nemo/engines/local/trainer.py",
@@ -157,7 +159,10 @@ def run(mutant: Mutant, budget: float) -> tuple[str, float, str]:
         if text.count(mutant.old) != 1:
             return "not applied", 0.0, f"{mutant.path}: the line to mutate is not there once"
         target.write_text(text.replace(mutant.old, mutant.new))
-        tests = [t for t in mutant.tests if (root / t).exists()]
+        # A test may be named down to its function (file::test); its file must be in the copy.
+        tests = [t for t in mutant.tests if (root / t.split("::")[0]).exists()]
+        if not tests:  # never run pytest on nothing named: it would collect the whole suite
+            return "error", 0.0, f"none of {', '.join(mutant.tests)} is in the copy"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(PYTHONPATH=str(root), GDPO_NEMO_NUMBA=env.get("GDPO_NEMO_NUMBA", "1"))
         start = time.monotonic()
@@ -170,8 +175,10 @@ def run(mutant: Mutant, budget: float) -> tuple[str, float, str]:
         last = (done.stdout.strip().splitlines() or [""])[-1]
         if done.returncode == 0:
             return "survived", seconds, last
-        if done.returncode in (1,):
+        if done.returncode == 1 and " failed" in last:
             return "killed", seconds, last
+        # An error (a fixture, an import) is not a test that caught the bug: it is reported,
+        # not counted, and the mutant or its tests need a look.
         return "error", seconds, last + done.stderr[-300:]
 
 
