@@ -303,3 +303,17 @@ def test_the_report_cuts_a_rewards_interval_to_its_declared_range_and_marks_it(t
     assert not inside["clipped"] and (inside["low"], inside["high"]) == pytest.approx(stats.t_interval([0.2, 0.35, 0.25, 0.4, 0.3]))
     text = summary_markdown(summary)
     assert "0.994 ± 0.009 [0.983, 1.000]† n=5" in text and "† after an interval: the t interval left the range" in text
+
+
+def test_the_report_of_a_run_that_logged_nothing_is_a_report_not_a_traceback(tmp_path):
+    # A run that failed before its first step (here: its disk filled up) leaves config.yaml
+    # and an empty metrics.jsonl; the study runner then reports "whatever finished". The
+    # tables' filter broke on the empty frame (pandas keeps map's str dtype there).
+    write_run_dir(tmp_path / "runs", RunId("study", "gsm8k", "smollm2-135m", "gdpo", 0), [], done=False)
+    summary = training_summary(load_source(tmp_path / "runs", cache_dir=None), include_incomplete=True)
+    assert summary.empty
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(tmp_path / "runs"),
+                           "--out", str(tmp_path / "report"), "--no-cache", "--quiet"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "No `train/reward*` or `validation/reward*` metrics" in (tmp_path / "report" / "tables" / "training_summary.md").read_text()

@@ -366,7 +366,8 @@ def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: b
     if not 0 < window <= 1:
         raise ValueError(f"window = {window!r}; expected a fraction in (0, 1]")
     m = dataset.metrics
-    m = m[m["metric"].astype(str).map(is_summary_metric) & np.isfinite(m["value"])]
+    # astype(bool): on an empty frame (runs that logged nothing) map keeps the str dtype
+    m = m[m["metric"].astype(str).map(is_summary_metric).astype(bool) & np.isfinite(m["value"])]
     if not include_incomplete:
         m = m[~m["run_id"].astype(str).isin(set(incomplete_runs(dataset)))]
     columns = [*GROUP, "algo", "seed", "run_id", "metric", "value", "steps"]
