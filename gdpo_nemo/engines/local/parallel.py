@@ -84,8 +84,10 @@ class LocalRun:
     def finished(self) -> bool:
         """Marked DONE at the steps its config asks for now (a quickstart run again with more
         --steps continues its finished runs)."""
-        if not rundir.is_done(self.run_dir) or not self.config_path.is_file():
-            return rundir.is_done(self.run_dir)
+        if not rundir.is_done(self.run_dir):
+            return False
+        if not self.config_path.is_file():
+            return True
         import yaml
 
         wanted = yaml.safe_load(self.config_path.read_text())["grpo"]["max_num_steps"]
