@@ -7,12 +7,19 @@
 # up the newest releases the declared ranges allow. Review the diff, run the test suite
 # (bash scripts/test.sh after deleting .venv and .venv-bfcl), and commit the new locks.
 #
-#   usage: bash scripts/lock.sh [PYTHON ...]      default: python3 (and its X.Y names the lock)
+#   usage: bash scripts/lock.sh [--keep] [PYTHON ...]   default: python3 (its X.Y names the lock)
 #   e.g.   bash scripts/lock.sh python3.11 python3.13
+#
+# --keep: resolve .venv's lock with the current one as constraints, so every locked version
+# stays and only what pyproject.toml added (a new dependency and what it needs) is resolved
+# anew; .venv-bfcl's lock is left as it is. For adding a dependency without moving the
+# versions that the committed results' numbers depend on (torch, transformers, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/versions.sh
 
+keep=0
+if [ "${1:-}" = "--keep" ]; then keep=1; shift; fi
 [ $# -eq 0 ] && set -- python3
 mkdir -p requirements
 for PYTHON in "$@"; do
@@ -23,9 +30,16 @@ for PYTHON in "$@"; do
   echo "lock: resolving .venv for Python $pyver from pyproject.toml"
   "$PYTHON" -m venv "$scratch/venv"
   "$scratch/venv/bin/pip" install -q "torch==$TORCH_VERSION"
-  "$scratch/venv/bin/pip" install -q ".[dev]"
+  constraints=()
+  how="from pyproject.toml"
+  if [ "$keep" = 1 ] && [ -f "requirements/lock-py$pyver.txt" ]; then
+    cp "requirements/lock-py$pyver.txt" "$scratch/kept.txt"
+    constraints=(-c "$scratch/kept.txt")
+    how="from pyproject.toml, keeping the earlier lock's versions (--keep)"
+  fi
+  "$scratch/venv/bin/pip" install -q ".[dev]" "${constraints[@]}"
   {
-    echo "# .venv lock for Python $pyver: written by scripts/lock.sh on $(date -u +%Y-%m-%d) from pyproject.toml."
+    echo "# .venv lock for Python $pyver: written by scripts/lock.sh on $(date -u +%Y-%m-%d) $how."
     echo "# scripts/setup.sh installs it, then this package with --no-deps. Do not edit by hand."
     # The package itself is installed editable by setup.sh; torch's local label (+cpu) is
     # dropped so that the pin also matches a machine that takes torch from another index.
@@ -33,7 +47,9 @@ for PYTHON in "$@"; do
   } > "requirements/lock-py$pyver.txt"
   echo "lock: wrote requirements/lock-py$pyver.txt ($(grep -vc '^#' "requirements/lock-py$pyver.txt") packages)"
 
-  if "$PYTHON" -c 'import sys; sys.exit(sys.version_info >= (3, 13))'; then
+  if [ "$keep" = 1 ]; then
+    echo "lock: --keep: requirements/bfcl-py$pyver.txt left as it is"
+  elif "$PYTHON" -c 'import sys; sys.exit(sys.version_info >= (3, 13))'; then
     echo "lock: resolving .venv-bfcl for Python $pyver (bfcl-eval $BFCL_VERSION)"
     "$PYTHON" -m venv "$scratch/bfcl"
     "$scratch/bfcl/bin/pip" install -q "bfcl-eval==$BFCL_VERSION" $BFCL_EXTRA

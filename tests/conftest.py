@@ -3,6 +3,9 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import pytest
 
 # No test may reach a hub or a W&B server: everything here is offline by construction.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,13 +18,52 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # this test run makes and removes, never in ~/.cache: a conversion cached by an earlier
 # install must not stand in for a missing install step (e.g. a package the conversion
 # needs). Set unconditionally, so a user's GDPO_NEMO_CACHE is not read either. Subprocesses,
-# Slurm jobs included, inherit it.
-TEST_CACHE = tempfile.mkdtemp(prefix="gdpo-nemo-test-cache-")
+# Slurm jobs included, inherit it. Under pytest-xdist (scripts/test.sh runs the suite on
+# two workers) the controller makes the folder and its workers, which inherit its
+# environment, share it: a model converted or warm-started by one is found by the other
+# (the cache's writes are renames of finished folders), and only its maker removes it.
+_SHARED = "GDPO_NEMO_TEST_CACHE"
+_OWNER = _SHARED not in os.environ
+if _OWNER:
+    os.environ[_SHARED] = tempfile.mkdtemp(prefix="gdpo-nemo-test-cache-")
+TEST_CACHE = os.environ[_SHARED]
 os.environ["GDPO_NEMO_CACHE"] = TEST_CACHE
+
+# Tests that share one expensive thing run on one xdist worker, in collection order: the
+# NeMo RL tier is one inner pytest run whose results its tests report, and the Slurm tests
+# share the one-node cluster's two CPUs. {folder under tests/: group}.
+XDIST_GROUPS = {"nemo_tier": "nemo_tier", "slurm": "slurm"}
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work one xdist worker takes whole: the group of XDIST_GROUPS's folders,
+    else the test itself."""
+    parts = nodeid.split("::")[0].split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in XDIST_GROUPS:
+        return XDIST_GROUPS[parts[1]]
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown without xdist (.venv-nemo's inner run)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup (scripts/test.sh) by folder. xdist's own loadgroup reads an
+    "@<group>" that its xdist_group marker appends to `item._nodeid`, which pytest 9 no longer
+    reads (the node id is `item._id`): every group was split over the workers, so the NeMo RL
+    tier's inner run and the Slurm journey ran once on each worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FolderGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return FolderGroups(config, log)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(TEST_CACHE, ignore_errors=True)
+    if _OWNER:
+        shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -74,3 +74,47 @@ def test_the_local_engine_cache_is_a_folder_of_this_test_run_not_the_users():
     assert cache == Path(os.environ["GDPO_NEMO_CACHE"]).resolve()
     assert not cache.is_relative_to(Path.home().resolve() / ".cache")
     assert cache.name.startswith("gdpo-nemo-test-cache-")
+
+
+def test_the_suite_s_workers_share_this_cache_and_only_its_maker_removes_it():
+    # scripts/test.sh runs the suite on pytest-xdist workers: each worker (and every pytest
+    # started under this one) imports tests/conftest.py again; it must take this run's cache,
+    # not make another, or a worker would convert and warm-start everything anew.
+    import subprocess
+
+    probe = "import os, tests.conftest as c; print(c.TEST_CACHE, c._OWNER, os.environ['GDPO_NEMO_CACHE'])"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    cache, owner, engine_cache = done.stdout.split()
+    assert cache == engine_cache == os.environ["GDPO_NEMO_CACHE"] and owner == "False"
+    fresh = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_TEST_CACHE"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**fresh, "PYTHONPATH": str(ROOT)})
+    mine, owner, _ = done.stdout.split()
+    try:
+        assert mine != cache and owner == "True"
+    finally:
+        os.rmdir(mine)
+
+
+def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
+    # scripts/test.sh: -n 2 --dist loadgroup, grouped by folder in tests/conftest.py. Here a
+    # real two-worker run over the Slurm tests that only read the cluster and two cheap files:
+    # every Slurm test on one worker, the rest shared out test by test.
+    import subprocess
+
+    from tests.conftest import xdist_scope
+
+    assert xdist_scope("tests/nemo_tier/test_entry_point.py::test_a[x]") == "nemo_tier"
+    assert xdist_scope("tests/slurm/test_journey_on_slurm.py::test_b") == "slurm"
+    assert xdist_scope("tests/test_run_id.py::test_c") == "tests/test_run_id.py::test_c"
+    paths = ["tests/slurm/test_sweep_slurm_commands.py", "tests/test_run_id.py", "tests/test_seed_statistics.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+                           *paths], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    ran = re.findall(r"^\[(gw\d+)\] .*?(?:PASSED|SKIPPED|FAILED) (\S+)", done.stdout, flags=re.M)
+    workers = {node.startswith("tests/slurm/"): set() for _, node in ran}
+    for worker, node in ran:
+        workers[node.startswith("tests/slurm/")].add(worker)
+    assert len(ran) > 20 and len(workers[True]) == 1, ran

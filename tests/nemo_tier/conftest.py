@@ -99,17 +99,36 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
-def pytest_terminal_summary(terminalreporter):
-    if INSIDE or "output" not in _STATE:
-        return
-    lines = _STATE["output"].splitlines()
+def _inner_durations(output: str) -> list[str]:
+    lines = output.splitlines()
     start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line), None)
-    if start is not None:
+    if start is None:
+        return []
+    shown = []
+    for line in lines[start + 1 :]:
+        if line.startswith("=") or not line.strip():
+            break
+        shown.append(line)
+    return shown
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The inner run's durations at the end of the outer run; under xdist, the worker that ran
+    the tier hands them to the controller (pytest_testnodedown)."""
+    if INSIDE:
+        return
+    shown = _STATE.get("durations") or (_inner_durations(_STATE["output"]) if "output" in _STATE else [])
+    if shown:
         terminalreporter.write_sep("=", "NeMo RL tier: durations inside .venv-nemo")
-        for line in lines[start + 1 :]:
-            if line.startswith("=") or not line.strip():
-                break
+        for line in shown:
             terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown without it (.venv-nemo)
+def pytest_testnodedown(node, error):
+    shown = getattr(node, "workeroutput", {}).get("nemo_tier_durations")
+    if shown:
+        _STATE["durations"] = shown
 
 
 # ---------------------------------------------------------------------------------------
@@ -132,6 +151,9 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)  # set in an xdist worker
+    if not INSIDE and workeroutput is not None and "output" in _STATE:
+        workeroutput["nemo_tier_durations"] = _inner_durations(_STATE["output"])
     path = os.environ.get(REPORT_ENV)
     if INSIDE and path:
         Path(path).write_text(json.dumps(_STATE.get("inner", {})))
