@@ -224,6 +224,19 @@ def test_resume_accepts_a_run_saved_before_a_key_with_a_default_existed(tmp_path
         train(tiny_config("grpo.max_num_steps=3", "loss_fn.kl_input_clamp_value=5.0"), tmp_path, resume=True)
 
 
+def test_a_shorter_run_is_the_start_of_a_longer_one_and_extending_it_by_resume_gives_the_longer_run(tmp_path):
+    """The prompts do not depend on grpo.max_num_steps (they once did: the engine drew
+    num_prompts_per_step x steps prompts, so a 2-step run trained on other prompts than the
+    first 2 steps of a 4-step run, and a run resumed with more steps went on in another order)."""
+    overrides = (*VARYING, "checkpointing.save_period=2", "grpo.num_prompts_per_step=2")
+    train(tiny_config(*overrides, "grpo.max_num_steps=4"), tmp_path / "long", log=lambda *a: None)
+    train(tiny_config(*overrides, "grpo.max_num_steps=2"), tmp_path / "short", log=lambda *a: None)
+    long, short = (without_timing(read_metrics(tmp_path / name)) for name in ("long", "short"))
+    assert [r["step"] for r in long] == [1, 2, 3, 4] and short == long[:2]
+    train(tiny_config(*overrides, "grpo.max_num_steps=4"), tmp_path / "short", resume=True, log=lambda *a: None)
+    assert without_timing(read_metrics(tmp_path / "short")) == long
+
+
 def test_a_kill_between_a_checkpoint_and_its_log_line_loses_no_step(tmp_path):
     """A run killed after writing checkpoint N but before logging step N resumes from N
     without running it again; step N's record comes from the checkpoint."""

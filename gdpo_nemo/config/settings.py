@@ -134,7 +134,7 @@ class LocalSettings:
     deterministic: bool = setting(True, "CUDA: reproducible kernels (the CPU always is)", "ours", boolean)
     num_threads: int | None = setting(None, "torch CPU threads (null: torch's default)", "ours", integer(1, nullable=True))
     train_size: int | None = setting(
-        None, "training prompts drawn (null: num_prompts_per_step x steps per epoch)", "ours", integer(1, nullable=True)
+        None, "training prompts used, the first N (null: all: the task's offline set, or the data file)", "ours", integer(1, nullable=True)
     )
     data_source: str = setting("offline", "offline: the task's generated set; file: data.*.data_path", "ours", one_of("offline", "file"))
     task_options: dict = setting({}, "keyword arguments of the task's constructor", "ours", mapping)

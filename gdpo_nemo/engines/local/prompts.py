@@ -5,7 +5,6 @@ in a seeded order (`DataOrder`, whose position checkpoints save).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -94,7 +93,12 @@ def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, Pro
     reward_set = task.reward_set(gdpo["reward_components"], length_limit=gdpo["length_limit"],
                                  conditioned_length=gdpo["conditioned_length"])
     seed = grpo["seed"]
-    train_size = local["train_size"] or grpo["num_prompts_per_step"] * math.ceil(grpo["max_num_steps"] / grpo["max_num_epochs"])
+    # Every training prompt of the data (the task's whole offline set, or every row of the
+    # data file) unless gdpo.local.train_size caps it, as NeMo RL's loader reads its whole
+    # dataset: never a count made from grpo.max_num_steps, so a run's steps are the first
+    # steps of a longer run of the same config, and a run extended by --resume (a larger
+    # max_num_steps) goes on in the order it started with.
+    train_size = local["train_size"]
 
     def load(split, limit):
         if local["data_source"] == "file":
