@@ -61,6 +61,23 @@ def pytest_xdist_make_scheduler(config, log):
     return FolderGroups(config, log)
 
 
+_TIER_DURATIONS: list = []  # handed over by the worker that ran the NeMo RL tier
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook
+def pytest_testnodedown(node, error):
+    _TIER_DURATIONS.extend(getattr(node, "workeroutput", {}).get("nemo_tier_durations") or [])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under xdist, the durations inside .venv-nemo of the NeMo RL tier's inner run
+    (tests/nemo_tier/conftest.py prints them itself when the suite runs in one process)."""
+    if _TIER_DURATIONS:
+        terminalreporter.write_sep("=", "NeMo RL tier: durations inside .venv-nemo")
+        for line in _TIER_DURATIONS:
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _OWNER:
         shutil.rmtree(TEST_CACHE, ignore_errors=True)

@@ -349,15 +349,23 @@ def test_the_rlimits_backend_still_enforces_time_and_memory_limits_and_scrubs_th
     assert json.loads(environment) == ["HOME", "LANG", "LC_ALL", "PATH", "PWD", "TMPDIR"]
 
 
-def test_a_directory_tree_deeper_than_python_recursion_is_cleaned_up(path_without_bwrap):
+def test_a_directory_tree_deeper_than_python_recursion_is_cleaned_up(path_without_bwrap, monkeypatch):
     # The rlimits backend's working directory is removed by the harness: without recursion.
+    # The harness makes it in a temp folder of this test's own: the machine's /tmp also holds
+    # the working directories of sandboxes that other tests (another xdist worker) are running.
     deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')"
     with pytest.warns(RuntimeWarning):
         box = Sandbox(backend="rlimits")
         box.active_backend
-    before = set(os.listdir(tempfile.gettempdir()))
-    assert box.run_program(deep, "", Limits(cpu_seconds=5, wall_seconds=20)).stdout == "deep\n"
-    assert [name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("gdpo-sandbox-")] == []
+    # (beside /tmp's own, open as /tmp is: the sandbox's user must reach what is made in it)
+    private = tempfile.mkdtemp(prefix="gdpo-test-tmp-")
+    os.chmod(private, 0o755)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", private)
+        assert box.run_program(deep, "", Limits(cpu_seconds=5, wall_seconds=20)).stdout == "deep\n"
+        assert tempfile.gettempdir() == private and os.listdir(private) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_asking_for_bwrap_where_it_is_missing_is_an_error(path_without_bwrap):

@@ -113,22 +113,16 @@ def _inner_durations(output: str) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The inner run's durations at the end of the outer run; under xdist, the worker that ran
-    the tier hands them to the controller (pytest_testnodedown)."""
-    if INSIDE:
+    """The inner run's durations at the end of the outer run, in one process. Under xdist the
+    worker that ran the tier hands them over (pytest_sessionfinish below) to the controller,
+    which never loads this file: tests/conftest.py prints them there."""
+    if INSIDE or "output" not in _STATE:
         return
-    shown = _STATE.get("durations") or (_inner_durations(_STATE["output"]) if "output" in _STATE else [])
+    shown = _inner_durations(_STATE["output"])
     if shown:
         terminalreporter.write_sep("=", "NeMo RL tier: durations inside .venv-nemo")
         for line in shown:
             terminalreporter.write_line(line)
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown without it (.venv-nemo)
-def pytest_testnodedown(node, error):
-    shown = getattr(node, "workeroutput", {}).get("nemo_tier_durations")
-    if shown:
-        _STATE["durations"] = shown
 
 
 # ---------------------------------------------------------------------------------------
