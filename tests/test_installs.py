@@ -99,22 +99,54 @@ def test_the_suite_s_workers_share_this_cache_and_only_its_maker_removes_it():
 
 
 def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
-    # scripts/test.sh: -n 2 --dist loadgroup, grouped by folder in tests/conftest.py. Here a
-    # real two-worker run over the Slurm tests that only read the cluster and two cheap files:
-    # every Slurm test on one worker, the rest shared out test by test.
-    import subprocess
+    # scripts/test.sh: -n 2 --dist loadgroup, with tests/conftest.py's scheduler (xdist's own
+    # scheduling class, scoped by folder). Driven here as xdist's controller drives it, with two
+    # stand-in workers that finish whatever they are sent, one test at a time.
+    from types import SimpleNamespace
 
-    from tests.conftest import xdist_scope
+    from tests.conftest import pytest_xdist_make_scheduler, xdist_scope
 
     assert xdist_scope("tests/nemo_tier/test_entry_point.py::test_a[x]") == "nemo_tier"
     assert xdist_scope("tests/slurm/test_journey_on_slurm.py::test_b") == "slurm"
     assert xdist_scope("tests/test_run_id.py::test_c") == "tests/test_run_id.py::test_c"
-    paths = ["tests/slurm/test_sweep_slurm_commands.py", "tests/test_run_id.py", "tests/test_seed_statistics.py"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-                           *paths], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    ran = re.findall(r"^\[(gw\d+)\] .*?(?:PASSED|SKIPPED|FAILED) (\S+)", done.stdout, flags=re.M)
-    workers = {node.startswith("tests/slurm/"): set() for _, node in ran}
-    for worker, node in ran:
-        workers[node.startswith("tests/slurm/")].add(worker)
-    assert len(ran) > 20 and len(workers[True]) == 1, ran
+
+    class Config:
+        option = SimpleNamespace(loadscopereorder=True)
+
+        def __init__(self, dist):
+            self.dist = dist
+
+        def getvalue(self, name):
+            return {"dist": self.dist, "tx": ["2*popen"]}[name]
+
+    class Worker:
+        def __init__(self, name):
+            self.gateway, self.shutting_down, self.sent = SimpleNamespace(id=name), False, []
+
+        def send_runtest_some(self, indices):
+            self.sent.extend(indices)
+
+        def shutdown(self):
+            self.shutting_down = True
+
+    assert pytest_xdist_make_scheduler(Config("load"), None) is None  # other --dist modes: xdist's own
+    collection = [f"tests/nemo_tier/test_{i % 3}.py::t{i}" for i in range(9)] + \
+                 [f"tests/slurm/test_{i % 2}.py::t{i}" for i in range(6)] + [f"tests/test_x{i}.py::t" for i in range(12)]
+    scheduler = pytest_xdist_make_scheduler(Config("loadgroup"), None)
+    workers = [Worker("gw0"), Worker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+    ran_on, done = {}, {w: 0 for w in workers}
+    while any(done[w] < len(w.sent) for w in workers):
+        for worker in workers:
+            if done[worker] < len(worker.sent):
+                index = worker.sent[done[worker]]
+                done[worker] += 1
+                ran_on[collection[index]] = worker.gateway.id
+                scheduler.mark_test_complete(worker, index)
+    assert sorted(ran_on) == sorted(collection)
+    for folder in ("tests/nemo_tier/", "tests/slurm/"):
+        assert len({ran_on[n] for n in collection if n.startswith(folder)}) == 1, (folder, ran_on)
+    assert {ran_on[n] for n in collection[15:]} == {"gw0", "gw1"}  # the rest is shared out

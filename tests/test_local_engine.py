@@ -402,3 +402,18 @@ def test_training_with_wandb_offline_mirrors_metrics_jsonl_in_the_run_dir(tmp_pa
     for record in read_metrics(tmp_path):
         row = history[record["step"]]
         assert {k: row[k] for k in record if k != "step"} == {k: v for k, v in record.items() if k != "step"}
+
+
+def test_a_cache_folder_another_process_finished_first_stays_and_no_temporary_is_left(tmp_path):
+    """Two processes that share a cache (the suite's xdist workers, a study's runs) may make
+    the same folder at once: the second rename finds the first's folder and keeps it."""
+    import json
+
+    from gdpo_nemo.engines.local.models import build_tiny_model, save_folder
+
+    model, tokenizer = build_tiny_model(seed=0)
+    target = tmp_path / "models" / "tiny"
+    save_folder(model, tokenizer, target, records={"made.json": {"by": "first"}})
+    assert save_folder(model, tokenizer, target, records={"made.json": {"by": "second"}}) == target
+    assert json.loads((target / "made.json").read_text()) == {"by": "first"}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]

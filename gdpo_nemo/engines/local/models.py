@@ -291,10 +291,13 @@ def save_folder(model, tokenizer, target: Path, records: dict | None = None) -> 
     tokenizer.save_pretrained(tmp)
     for name, record in (records or {}).items():
         (tmp / name).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    if target.exists():  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
+    try:
         tmp.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+    if target.exists() and tmp.exists():  # another process finished first: its folder stays
+        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
