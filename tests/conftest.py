@@ -31,16 +31,16 @@ os.environ["GDPO_NEMO_CACHE"] = TEST_CACHE
 
 # Tests that share one expensive thing run on one xdist worker, in collection order: the
 # NeMo RL tier is one inner pytest run whose results its tests report, and the Slurm tests
-# share the one-node cluster's two CPUs. {folder under tests/: group}.
-XDIST_GROUPS = {"nemo_tier": "nemo_tier", "slurm": "slurm"}
+# share the one-node cluster's two CPUs. Folders under tests/; a group is named by its folder.
+XDIST_GROUPS = ("nemo_tier", "slurm")
 
 
 def xdist_scope(nodeid: str) -> str:
-    """The unit of work one xdist worker takes whole: the group of XDIST_GROUPS's folders,
+    """The unit of work one xdist worker takes whole: the folder of an XDIST_GROUPS test,
     else the test itself."""
     parts = nodeid.split("::")[0].split("/")
     if len(parts) > 2 and parts[0] == "tests" and parts[1] in XDIST_GROUPS:
-        return XDIST_GROUPS[parts[1]]
+        return parts[1]
     return nodeid
 
 

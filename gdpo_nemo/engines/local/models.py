@@ -296,8 +296,7 @@ def save_folder(model, tokenizer, target: Path, records: dict | None = None) -> 
     except OSError:
         if not target.exists():
             raise
-    if target.exists() and tmp.exists():  # another process finished first: its folder stays
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first: its folder stays
     return target
 
 

@@ -93,12 +93,6 @@ def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, Pro
     reward_set = task.reward_set(gdpo["reward_components"], length_limit=gdpo["length_limit"],
                                  conditioned_length=gdpo["conditioned_length"])
     seed = grpo["seed"]
-    # Every training prompt of the data (the task's whole offline set, or every row of the
-    # data file) unless gdpo.local.train_size caps it, as NeMo RL's loader reads its whole
-    # dataset: never a count made from grpo.max_num_steps, so a run's steps are the first
-    # steps of a longer run of the same config, and a run extended by --resume (a larger
-    # max_num_steps) goes on in the order it started with.
-    train_size = local["train_size"]
 
     def load(split, limit):
         if local["data_source"] == "file":
@@ -111,7 +105,12 @@ def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, Pro
 
     kwargs = dict(chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
                   max_length=data["max_input_seq_length"], log=log)
-    train_set = tokenize_prompts(tokenizer, load("train", train_size), **kwargs)
+    # Every training prompt of the data (the task's whole offline set, or every row of the
+    # data file) unless gdpo.local.train_size caps it, as NeMo RL's loader reads its whole
+    # dataset: never a count made from grpo.max_num_steps, so a run's steps are the first
+    # steps of a longer run of the same config, and a run extended by --resume (a larger
+    # max_num_steps) goes on in the order it started with.
+    train_set = tokenize_prompts(tokenizer, load("train", local["train_size"]), **kwargs)
     if len(train_set) < grpo["num_prompts_per_step"]:
         raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
                          f"{grpo['num_prompts_per_step']}")
