@@ -14,6 +14,13 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The CPU code paths of every product process (gdpo_nemo.runs.cpu_pins), set before any test
+# runs a torch kernel: in-process runs compute what `gdpo-nemo train` computes, and every
+# process the tests start inherits the pins through the environment.
+from gdpo_nemo.runs import cpu_pins  # noqa: E402
+
+cpu_pins.pin()
+
 # The local engine's caches (the embedded model's conversion, warm-starts) live in a folder
 # this test run makes and removes, never in ~/.cache: a conversion cached by an earlier
 # install must not stand in for a missing install step (e.g. a package the conversion

@@ -177,10 +177,17 @@ def test_a_stopped_runner_stops_its_runs_and_the_same_command_finishes_them(tmp_
     time.sleep(2)
     assert {run.name: len(read_metrics(run)) for run in (out / "runs").iterdir()} == steps  # nothing writes on
     assert all(not rundir.is_done(out / "runs" / name) for name in steps)
+    logs = {name: (out / "logs" / f"{name}.log").read_bytes() for name in steps}
+    assert all(logs.values())  # the first sitting's output, to be kept
     done = subprocess.run([*command[:-1], "grpo.max_num_steps=20"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:]
     assert all(rundir.is_done(run) for run in (out / "runs").iterdir())
+    # The rerun adds its output to each run's log: the first sitting's lines are still there,
+    # whole, followed by the second's (a log opened for writing would start again empty).
+    for name, before in logs.items():
+        after = (out / "logs" / f"{name}.log").read_bytes()
+        assert after.startswith(before) and b"finished step 20" in after[len(before):], name
 
 
 def test_every_place_that_says_how_long_the_study_takes_says_the_same():

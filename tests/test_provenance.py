@@ -114,6 +114,42 @@ def test_the_report_names_runs_whose_provenance_differs_in_what_changes_numbers(
     assert "**no_provenance** (1)" in problems and "`cpu_study__gsm8k__tiny__grpo__seed1`: its run dir has no provenance.json, unlike" in problems
 
 
+def test_the_report_names_a_resume_from_other_weights_and_runs_off_the_cpu_pins_but_not_another_cpu(study, tmp_path):
+    copy = tmp_path / "runs"
+    shutil.copytree(study / "runs", copy, ignore=shutil.ignore_patterns("checkpoints"))
+    runs = runs_of(copy)
+    first = {name: provenance.read(path)[0] for name, path in runs.items()}
+    # Made under the pins: ATen's AVX2 kernels and oneMKL's COMPATIBLE branch, whatever the CPU.
+    for record in first.values():
+        assert {k: record["numerics"][k] for k in ("cpu_numerics", "cpu_capability", "mkl_branch")} == {
+            "cpu_numerics": "pinned", "cpu_capability": "AVX2", "mkl_branch": "COMPATIBLE"}
+        assert "device_name" not in record["numerics"] and record["machine"] == provenance.machine()
+
+    def edit(name: str, change) -> None:
+        path = runs[name] / provenance.FILE
+        data = json.loads(path.read_text())
+        change(data["invocations"])
+        path.write_text(json.dumps(data))
+
+    # Resumed from other starting weights (a warm-start cache made again differently).
+    edit("grpo1", lambda inv: inv.append({**inv[0], "resumed_from_step": 1,
+                                          "start_weights": {**inv[0]["start_weights"], "digest": "0123456789abcdef"}}))
+    # Another CPU under the pins: the same numbers, so nothing to name.
+    edit("grpo0", lambda inv: inv[0].update(machine={"cpu": "Intel(R) Xeon(R) Processor", "cpu_instruction_sets": "AVX2"}))
+    problems = run_report(copy, tmp_path / "resumed")
+    lines = [line for line in problems.splitlines() if line.startswith("- ")]
+    assert len(lines) == 1, problems
+    assert "cpu_study__gsm8k__tiny__grpo__seed1" in lines[0] and "resumed under other numbers" in lines[0]
+    assert "start_weights.digest" in lines[0] and "0123456789abcdef" in lines[0]
+    # A run made off the pins (GDPO_NEMO_CPU_NUMERICS=native on an AVX-512 machine).
+    edit("gdpo1", lambda inv: inv[0]["numerics"].update(cpu_numerics="native", cpu_capability="AVX512",
+                                                        mkl_branch="OFF", device_name="AMD EPYC"))
+    problems = run_report(copy, tmp_path / "native")
+    [mismatch] = [line for line in problems.splitlines() if line.startswith("- ") and "differ in what changes" in line]
+    assert "numerics.cpu_capability" in mismatch and "AVX512" in mismatch and "numerics.mkl_branch" in mismatch
+    assert "cpu_study__gsm8k__tiny__gdpo__seed1" in mismatch and "machine" not in mismatch
+
+
 def test_a_resumed_run_adds_an_invocation_and_keeps_its_provenance(tmp_path):
     from gdpo_nemo.engines.local.config import resolve_and_check
     from gdpo_nemo.engines.local.trainer import train

@@ -2,7 +2,8 @@
 
 The committed run is a short SmolLM2 GDPO run (experiments/regeneration.yaml): the GGUF
 conversion, a warm start and two RL steps with reward variance, all from an empty cache.
-Its documented command, run again here, must give every logged number again exactly;
+Its documented command, run again here, must give every logged number again exactly, on any
+x86-64 machine with AVX2 (the run and its check run under the CPU pins, gdpo_nemo.runs.cpu_pins);
 and a warm start made under another thread count must get another key, while the same key
 made in another process (the study runner's preparation vs the run itself) gives the same
 weights.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gdpo_nemo.runs import provenance, rundir
+from gdpo_nemo.runs import cpu_pins, provenance, rundir
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "paper_figures" / "regeneration"
@@ -79,8 +80,12 @@ def test_the_documented_command_regenerates_every_number_of_the_committed_run(re
     committed, fresh = COMMITTED / "runs" / RUN, regenerated / "runs" / RUN
     then, now = provenance.read(committed)[0], provenance.read(fresh)[0]
     assert now["libraries"] == then["libraries"], "the libraries differ from the committed run's: reinstall with the README's setup"
-    if now["numerics"] != then["numerics"]:
-        pytest.skip(f"another kind of machine than the committed run's: {provenance.differences([then, now], ['committed', 'here'], ('numerics',))}")
+    # The committed run was made under the CPU pins (ATen AVX2, oneMKL COMPATIBLE), which any
+    # x86-64 CPU with AVX2 runs alike, Intel or AMD: compare on every such machine.
+    assert cpu_pins.is_pinned(then["numerics"]), "the committed run was not made under the CPU pins: make it again"
+    if provenance.cpu_instruction_sets() not in ("AVX2", "AVX512"):
+        pytest.skip(f"this CPU ({provenance.cpu_model()}) has no AVX2: the pinned code paths cannot run here")
+    assert now["numerics"] == then["numerics"], provenance.differences([then, now], ["committed", "here"], ("numerics",))
     weights = ("source", "digest", "base_digest")  # the same conversion and warm start, bit for bit
     assert {k: now["start_weights"][k] for k in weights} == {k: then["start_weights"][k] for k in weights}
     expected, found = numbers(committed), numbers(fresh)

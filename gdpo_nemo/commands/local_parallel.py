@@ -18,6 +18,7 @@ from pathlib import Path
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 from gdpo_nemo.commands.sweep import only_filters
 from gdpo_nemo.engines.local import parallel
+from gdpo_nemo.runs import cpu_pins
 from gdpo_nemo.runs.rundir import shown
 
 PROG = "python -m gdpo_nemo.commands.local_parallel"  # this module, as typed (never "__main__")
@@ -40,6 +41,10 @@ def main(argv=None) -> int:
     """Plan, prepare and run the experiment's runs; 0 every run finished, 1 some failed
     (named on stderr), 2 bad input."""
     args = parse_args(argv)
+    try:  # this process computes warm-start keys; the runs inherit the environment
+        cpu_pins.pin()
+    except ValueError as err:
+        return report_error(PROG, err, BAD_INPUT)
     if not args.experiment:
         return report_error(PROG, "name an experiment (experiments/<name>.yaml), e.g. gpu_study")
     if args.jobs < 1:

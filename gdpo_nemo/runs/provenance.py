@@ -6,9 +6,11 @@ library releases change kernels and defaults, an edited checkout changes the cod
 cached warm start made under other numerics is another model. So:
 
 - every run dir holds ``provenance.json``: one record per invocation (the start and every
-  resume) with `code` (commit, dirty), `libraries`, `numerics` (device, its name, thread
-  count, weight dtype, autocast) and `start_weights` (digest of the weights step 0 started
-  from, and where they came from);
+  resume) with `code` (commit, dirty), `libraries`, `numerics` (device, thread count, weight
+  dtype, autocast, the CPU code paths of gdpo_nemo.runs.cpu_pins, the device's name where
+  the numbers depend on it), `machine` (the CPU and its instruction sets: recorded, not
+  compared) and `start_weights` (digest of the weights step 0 started from, and where they
+  came from);
 - every cached model (converted checkpoint, warm start) is keyed by the same numerics
   (`numerics_key`), records them beside its weights with their digest, and is checked
   against both when it is reused (`check_cached`);
@@ -68,14 +70,8 @@ def code_version(root: Path = PACKAGE_ROOT) -> dict:
             "package": __version__}
 
 
-def device_name(device) -> str:
-    """The kind of processor the numbers came from: the CUDA device's name, else the CPU's
-    model name (/proc/cpuinfo; the platform's processor string elsewhere)."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; the platform's processor string elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -85,20 +81,58 @@ def device_name(device) -> str:
     return platform.processor() or platform.machine()
 
 
-def numerics(device, *, dtype: str = "float32", autocast: str | None = None, attention: str | None = None) -> dict:
-    """The numerics in effect in this process for work on `device`: its kind and name (and on
-    the CPU the instruction set torch's kernels use), the torch thread count, the weight dtype
-    and the autocast dtype; `attention`, when given, names the attention kernels the caller
-    allows (the local engine on CUDA: no cuDNN attention)."""
+def cpu_instruction_sets() -> str:
+    """The widest vector instruction set the CPU has, as torch names it (``AVX512``, ``AVX2``,
+    ``DEFAULT``): the hardware, whatever the pins make torch use (/proc/cpuinfo's flags)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "AVX512"
+    return "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
+
+
+def device_name(device) -> str:
+    """The kind of processor the numbers came from: the CUDA device's name, else the CPU's
+    model name."""
     import torch
 
     device = torch.device(device)
-    numbers = {"device": device.type, "device_name": device_name(device), "threads": torch.get_num_threads(),
-               "dtype": dtype, "autocast": autocast}
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_model()
+
+
+def machine() -> dict:
+    """The machine a run ran on, beside its numerics: the CPU's name and its widest
+    instruction set. Not a number field: under the CPU pins (gdpo_nemo.runs.cpu_pins) every
+    x86-64 machine with AVX2 computes the same bits."""
+    return {"cpu": cpu_model(), "cpu_instruction_sets": cpu_instruction_sets()}
+
+
+def numerics(device, *, dtype: str = "float32", autocast: str | None = None, attention: str | None = None) -> dict:
+    """The numerics in effect in this process for work on `device`: its kind, the torch thread
+    count, the weight dtype and the autocast dtype; on the CPU the code paths torch's kernels
+    take (`cpu_pins.state`: ATen's instruction set, oneMKL's branch, the pin mode) and, when
+    they are not pinned in full, the CPU's name (the numbers then hold on that kind of CPU
+    only); on CUDA the device's name and, when given, the attention kernels the caller allows
+    (`attention`)."""
+    import torch
+
+    from gdpo_nemo.runs import cpu_pins
+
+    device = torch.device(device)
+    numbers = {"device": device.type, "threads": torch.get_num_threads(), "dtype": dtype, "autocast": autocast}
     if attention is not None:
         numbers["attention"] = attention
-    if device.type == "cpu":  # the vector instructions torch's CPU kernels use (AVX2, AVX512, ...)
-        numbers["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    if device.type == "cpu":
+        numbers.update(cpu_pins.state())
+        if not cpu_pins.is_pinned(numbers):
+            numbers["device_name"] = device_name(device)
+    else:
+        numbers["device_name"] = device_name(device)
     return numbers
 
 
@@ -158,6 +192,7 @@ def invocation_record(*, numbers: dict, start_weights: dict, resumed_from: int |
         "code": code_version(),
         "libraries": libraries or library_versions(),
         "numerics": dict(numbers),
+        "machine": machine(),
         "start_weights": dict(start_weights),
     }
 

@@ -33,6 +33,8 @@ import warnings
 
 import torch
 
+from gdpo_nemo.runs import cpu_pins
+
 DEVICES = ("cpu", "cuda", "auto")
 WEIGHT_DTYPES = ("float32", "bfloat16")
 AUTOCAST_DTYPES = (None, "bfloat16")
@@ -92,8 +94,12 @@ def attention_backends(device: torch.device) -> str | None:
 
 def prepare_device(local: dict) -> torch.device:
     """`gdpo.local.device` resolved and set up for this process, before its first CUDA work:
-    reproducible kernels when `gdpo.local.deterministic`, no cuDNN attention."""
+    reproducible kernels when `gdpo.local.deterministic`, no cuDNN attention; on the CPU the
+    code paths every x86-64 machine with AVX2 runs alike (gdpo_nemo.runs.cpu_pins; a no-op
+    when the process's entry pinned them already)."""
     device = resolve_device(local["device"])
+    if device.type == "cpu":
+        cpu_pins.pin()
     if local["deterministic"]:
         make_deterministic(device)
     avoid_cudnn_attention(device)

@@ -37,7 +37,7 @@ import torch
 from gdpo_nemo.engines.local.device import (attention_backends, autocast, prepare_device, resolve_device,
                                             torch_threads)
 from gdpo_nemo.engines.local.models import base_seed, cache_dir, load_policy, load_pretrained, save_folder, shown
-from gdpo_nemo.runs import provenance
+from gdpo_nemo.runs import cpu_pins, provenance
 
 # The record a warm start keeps beside its weights.
 RECORD = "warm_start.json"
@@ -52,6 +52,8 @@ def warm_start_numerics(config: dict) -> dict:
     local = config["gdpo"]["local"]
     with torch_threads(local["num_threads"]):
         device = resolve_device(local["device"])
+        if device.type == "cpu":
+            cpu_pins.pin()  # the key must name the code paths the warm start will run under
         return provenance.numerics(device, dtype="float32", autocast=local["autocast"],
                                    attention=attention_backends(device))
 

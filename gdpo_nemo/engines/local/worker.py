@@ -29,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pathlib import Path
 
+    from gdpo_nemo.runs import cpu_pins
+
     try:
+        cpu_pins.pin()  # before torch's first kernel (the runner's environment already asks for it)
         if args[0] == "prepare":
             from gdpo_nemo.engines.local.parallel import prepare_shared
 

@@ -1,0 +1,101 @@
+"""The CPU pins (gdpo_nemo.runs.cpu_pins): every product process runs ATen's AVX2 kernels and
+oneMKL's COMPATIBLE branch, says so in its provenance, and a process that could not be pinned
+says that instead. Real processes throughout: the code paths are chosen at a process's first
+kernel, so each case starts one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gdpo_nemo.runs import cpu_pins, provenance
+
+REPO = Path(__file__).resolve().parents[1]
+PIN_VARIABLES = (cpu_pins.MODE_ENV, *cpu_pins.PINNED_ENV)
+
+# Work whose bits depend on the code paths: a matmul (oneMKL), softmax and attention (ATen).
+PROBE = """
+import hashlib, json, sys
+PIN
+import torch
+from gdpo_nemo.runs import cpu_pins, provenance
+g = torch.Generator().manual_seed(0)
+a, w = torch.randn(16, 576, generator=g), torch.randn(1536, 576, generator=g)
+x = torch.softmax(torch.nn.functional.linear(a, w), -1)
+q = torch.nn.functional.scaled_dot_product_attention(*(a.view(1, 8, 16, 72),) * 3, is_causal=True)
+digest = hashlib.sha256(x.numpy().tobytes() + q.numpy().tobytes()).hexdigest()[:16]
+print(json.dumps({"numerics": provenance.numerics("cpu"), "digest": digest}))
+"""
+
+
+def probe(pin_first: bool, **env: str) -> dict:
+    """Run PROBE in a fresh process whose environment holds none of the pins but `env`;
+    `pin_first`: call cpu_pins.pin() before importing torch (as the product's entries do),
+    else after a first matmul."""
+    code = PROBE.replace("PIN", "from gdpo_nemo.runs import cpu_pins; cpu_pins.pin()" if pin_first else
+                         "import torch; torch.randn(4, 4) @ torch.randn(4, 4); from gdpo_nemo.runs import cpu_pins;"
+                         " cpu_pins.pin()")
+    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(REPO), **env},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
+
+
+@pytest.fixture(scope="module")
+def has_avx2() -> bool:
+    return provenance.cpu_instruction_sets() in ("AVX2", "AVX512")
+
+
+def test_a_pinned_process_runs_aten_avx2_and_onemkl_compatible_and_records_no_cpu_name(has_avx2):
+    found = probe(True)
+    numbers = found["numerics"]
+    assert numbers["cpu_numerics"] == "pinned" and numbers["mkl_branch"] == "COMPATIBLE"
+    if not has_avx2:
+        pytest.skip("this CPU has no AVX2: ATen falls back to its default kernels")
+    assert numbers["cpu_capability"] == "AVX2" and cpu_pins.is_pinned(numbers)
+    assert "device_name" not in numbers  # the same bits on any CPU with AVX2: the name is the machine's, not the numbers'
+    assert probe(True)["digest"] == found["digest"]
+
+
+def test_native_leaves_torch_its_own_choices_and_records_the_cpu_name():
+    numbers = probe(True, GDPO_NEMO_CPU_NUMERICS="native")["numerics"]
+    assert numbers["cpu_numerics"] == "native" and numbers["mkl_branch"] != "COMPATIBLE"
+    assert not cpu_pins.is_pinned(numbers) and numbers["device_name"] == provenance.cpu_model()
+
+
+def test_the_pins_change_the_code_paths_where_the_machine_has_other_ones():
+    pinned, native = probe(True), probe(True, GDPO_NEMO_CPU_NUMERICS="native")
+    if pinned["numerics"]["mkl_branch"] == native["numerics"]["mkl_branch"] is None and \
+            pinned["numerics"]["cpu_capability"] == native["numerics"]["cpu_capability"]:
+        pytest.skip("a torch without oneMKL on a CPU whose widest kernels are AVX2: the pins change nothing here")
+    assert pinned["digest"] != native["digest"]
+
+
+def test_a_process_whose_onemkl_already_ran_is_not_called_pinned_and_says_so():
+    found = probe(False)
+    assert "oneMKL already ran in this process" in found["stderr"]
+    numbers = found["numerics"]
+    assert numbers["mkl_branch"] != "COMPATIBLE" and not cpu_pins.is_pinned(numbers)
+    assert numbers["device_name"] == provenance.cpu_model()  # so the report names it beside pinned runs
+
+
+def test_an_unknown_mode_is_refused_naming_the_variable_and_the_choices():
+    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "config", "list"], capture_output=True, text=True,
+                          env={**clean, "GDPO_NEMO_CPU_NUMERICS": "fast", "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 2
+    assert "GDPO_NEMO_CPU_NUMERICS='fast': expected one of ['pinned', 'native']" in done.stderr
+
+
+def test_the_machine_is_recorded_beside_the_numerics_and_never_compared():
+    assert provenance.machine() == {"cpu": provenance.cpu_model(), "cpu_instruction_sets": provenance.cpu_instruction_sets()}
+    assert "machine" not in provenance.NUMBER_FIELDS
+    one = {"numerics": {"cpu_capability": "AVX2"}, "machine": {"cpu": "AMD EPYC"}}
+    other = {"numerics": {"cpu_capability": "AVX2"}, "machine": {"cpu": "Intel(R) Xeon(R) Processor"}}
+    assert provenance.differences([one, other], ["a", "b"], provenance.NUMBER_FIELDS) == []
