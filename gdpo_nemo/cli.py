@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collapse-figures": ("gdpo_nemo.commands.collapse_figures", "regenerate paper Fig. 2 table and Fig. 3 plots"),
     "score": ("gdpo_nemo.commands.score", "score a JSONL file of completions with a task's rewards"),
     "train": ("gdpo_nemo.commands.train", "train one run on the local engine from a run config"),
+    "lengths": ("gdpo_nemo.commands.lengths", "response lengths of a run's first steps, to calibrate l"),
     "quickstart": ("gdpo_nemo.commands.quickstart", "GRPO vs GDPO on the embedded CPU default"),
     "config": ("gdpo_nemo.commands.config", "compose, show and list the paper's run configs"),
     "sweep": ("gdpo_nemo.commands.sweep", "render, submit, watch and cancel a Slurm sweep"),

@@ -153,3 +153,36 @@ def test_a_group_that_is_one_value_up_to_float_residue_has_no_signal_everywhere(
     assert spread[:2].tolist() == [0.0, 0.0] and spread[2:4].tolist() == [1.0, 1.0] and math.isinf(spread[4])
     advantages = compute_advantages({"r": values[:4]}, ids[:4], "grpo")
     assert advantages[:2].tolist() == [0.0, 0.0] and advantages[2] < 0 < advantages[3]
+
+
+# ---- per-batch mechanism diagnostics: what GRPO merges, what each component earns ----------
+
+def test_collapsed_fraction_counts_groups_where_distinct_reward_vectors_share_a_sum():
+    from gdpo_nemo.estimators.collapse import collapsed_group_fraction
+
+    # group 0: (1,0) and (0,1) both sum to 1 -> merged by GRPO; group 1: only (1,1) and (0,0).
+    rewards = {"correctness": torch.tensor([1.0, 0, 1, 0, 1, 1, 0, 0]),
+               "length": torch.tensor([0.0, 1, 1, 0, 1, 1, 0, 0])}
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    assert collapsed_group_fraction(rewards, groups) == 0.5
+    # With w_length = 0.5 the sums are 1 and 0.5: nothing is merged.
+    assert collapsed_group_fraction(rewards, groups, {"correctness": 1.0, "length": 0.5}) == 0.0
+    # A NaN component leaves its sample out (group 0 then holds (1,0), (1,1), (0,0) only).
+    rewards["length"][1] = float("nan")
+    assert collapsed_group_fraction(rewards, groups) == 0.0
+
+
+def test_component_gaps_are_each_components_within_group_advantage_difference_over_all_groups():
+    from gdpo_nemo.estimators.collapse import component_advantage_gaps
+
+    # Group 0: GRPO's advantages of sums [1, 1, 2, 0] (Bessel std sqrt(2/3)): [0, 0, a, -a], a = 1.2247.
+    a = (3 / 2) ** 0.5
+    advantages = torch.tensor([0.0, 0.0, a, -a, 0.5, -0.5, 0.5, -0.5])
+    rewards = {"correctness": torch.tensor([1.0, 0, 1, 0, 1, 1, 1, 1]),   # constant in group 1: counts 0
+               "length": torch.tensor([0.0, 1, 1, 0, 1, 0, 1, 0])}
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    gaps = component_advantage_gaps(advantages, rewards, groups)
+    # correctness: group 0: mean(0, a) - mean(0, -a) = a; group 1: 0 -> a / 2.
+    assert gaps["correctness"] == pytest.approx(a / 2)
+    # length: group 0: mean(0, a) - mean(0, -a) = a; group 1: 0.5 - (-0.5) = 1 -> (a + 1) / 2.
+    assert gaps["length"] == pytest.approx((a + 1) / 2)

@@ -153,6 +153,31 @@ def test_each_task_and_estimator_trains_and_logs_per_reward_metrics(task, estima
     assert result.steps == 2
 
 
+@pytest.mark.parametrize("conditioned", [False, True])
+def test_a_length_task_logs_the_exceed_rate_and_what_grpo_merges_and_each_component_earns(conditioned, tmp_path):
+    limit = 12
+    config = tiny_config("gdpo.task=math", "gdpo.estimator=grpo", "grpo.max_num_steps=2", f"gdpo.length_limit={limit}",
+                         f"gdpo.conditioned_length={str(conditioned).lower()}", "grpo.num_prompts_per_step=2",
+                         "grpo.val_at_end=true", "grpo.max_val_samples=4", "grpo.val_batch_size=4")
+    train(config, tmp_path)
+    records = read_metrics(tmp_path)
+    for record in records:
+        assert 0.0 <= record["train/adv/collapsed_frac"] <= 1.0
+        assert set(k for k in record if k.startswith("train/adv/gap/")) == {"train/adv/gap/correctness",
+                                                                          "train/adv/gap/length"}
+        within = 1.0 - record["train/exceed_rate"]
+        if conditioned:  # paid only when short AND correct: at most the share within the limit
+            assert record["train/reward/length"] <= within + 1e-9
+        else:  # the length reward is the share within the limit, counted apart from the exceed rate
+            assert record["train/reward/length"] == pytest.approx(within)
+    assert "validation/exceed_rate" in records[-1]
+    if not conditioned:
+        assert records[-1]["validation/reward/length"] == pytest.approx(1.0 - records[-1]["validation/exceed_rate"])
+    # A task without the length reward logs no exceed rate.
+    train(tiny_config("grpo.max_num_steps=1"), tmp_path / "gsm8k")
+    assert not any("exceed_rate" in key for key in read_metrics(tmp_path / "gsm8k")[0])
+
+
 def test_varying_rewards_give_non_zero_advantages_and_gradients(tmp_path):
     train(tiny_config(*VARYING, "grpo.max_num_steps=2"), tmp_path)
     records = read_metrics(tmp_path)

@@ -47,6 +47,8 @@ from gdpo_nemo.estimators.groups import group_extremes, group_rows
 from gdpo_nemo.estimators.registry import ESTIMATORS, estimator_info
 
 __all__ = [
+    "collapsed_group_fraction",
+    "component_advantage_gaps",
     "count_advantage_groups",
     "countable_estimators",
     "distinct_advantage_groups",
@@ -277,3 +279,85 @@ def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str
         constant = extremes.constant()
         out[name] = float(constant.double().mean()) if constant.numel() else 0.0
     return out
+
+
+def _groups_of(values: list, members: list) -> dict:
+    grouped: dict = {}
+    for member, value in zip(members, values):
+        grouped.setdefault(member, []).append(value)
+    return grouped
+
+
+def collapsed_group_fraction(rewards: dict[str, Tensor], group_ids: Tensor,
+                             weights: dict[str, float] | None = None) -> float:
+    """Share of groups in which GRPO gives one advantage to distinct reward combinations:
+    two samples whose reward vectors differ but whose (weighted) sums are equal, so that
+    normalizing the sum cannot tell them apart (paper Fig. 2-3, counted on one batch).
+    Whatever estimator trained the batch, this is what GRPO would have merged in it.
+
+    Args:
+        rewards: ``{name: Tensor[B]}``; a sample with a NaN component is left out.
+        group_ids: ``Tensor[B]``.
+        weights: ``{name: w}`` of the sum (default 1 each).
+
+    Sums are compared after rounding to ``DIAGNOSTIC_DECIMALS`` decimals. Logged as
+    ``train/adv/collapsed_frac``; 0.0 for a batch without groups.
+    """
+    names = sorted(rewards)
+    columns = [torch.as_tensor(rewards[name], dtype=torch.float64).cpu().tolist() for name in names]
+    vectors = list(zip(*columns))
+    members = torch.as_tensor(group_ids).cpu().tolist()
+    if len(vectors) != len(members):
+        raise ValueError(f"rewards have {len(vectors)} samples but group_ids has {len(members)}")
+    weight = [float((weights or {}).get(name, 1.0)) for name in names]
+    groups = _groups_of(vectors, members)
+    collapsed = 0
+    for vectors_of_group in groups.values():
+        by_sum: dict[float, set] = {}
+        for vector in vectors_of_group:
+            if any(math.isnan(v) for v in vector):
+                continue
+            total = round(sum(w * v for w, v in zip(weight, vector)), DIAGNOSTIC_DECIMALS) + 0.0
+            by_sum.setdefault(total, set()).add(vector)
+        collapsed += any(len(distinct) > 1 for distinct in by_sum.values())
+    return collapsed / len(groups) if groups else 0.0
+
+
+def component_advantage_gaps(advantages: Tensor, rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str, float]:
+    """Each component's advantage spread in one trained batch: per group, the mean advantage of
+    the samples at the group's highest value of component k minus that of the samples at its
+    lowest (0 where k is constant in the group), averaged over all groups. How much advantage
+    a sample gains within its group for doing better on k: the estimators' different use of
+    the same rewards (GRPO's sum can cancel a component; GDPO weighs each one).
+
+    Args:
+        advantages: ``Tensor[B]`` (or ``[B, T]`` constant over tokens: column 0 is used).
+        rewards: ``{name: Tensor[B]}``; NaN entries are left out of their component.
+        group_ids: ``Tensor[B]``.
+
+    Returns ``{name: gap}``, logged as ``train/adv/gap/<name>``.
+    """
+    advantages = torch.as_tensor(advantages)
+    if advantages.dim() == 2:
+        advantages = advantages[:, 0]
+    values_of_advantage = advantages.double().cpu().tolist()
+    members = torch.as_tensor(group_ids).cpu().tolist()
+    if len(values_of_advantage) != len(members):
+        raise ValueError(f"advantages has {len(values_of_advantage)} samples but group_ids has {len(members)}")
+    gaps = {}
+    for name, values in rewards.items():
+        column = torch.as_tensor(values, dtype=torch.float64).cpu().tolist()
+        groups = _groups_of(list(zip(column, values_of_advantage)), members)
+        total = 0.0
+        for pairs in groups.values():
+            pairs = [(r, a) for r, a in pairs if not math.isnan(r)]
+            if not pairs:
+                continue
+            high, low = max(r for r, _ in pairs), min(r for r, _ in pairs)
+            if high == low:
+                continue
+            top = [a for r, a in pairs if r == high]
+            bottom = [a for r, a in pairs if r == low]
+            total += sum(top) / len(top) - sum(bottom) / len(bottom)
+        gaps[name] = total / len(groups) if groups else 0.0
+    return gaps

@@ -164,6 +164,14 @@ def _seed_and_pick_device(config: dict) -> torch.device:
     return dev.prepare_device(local)
 
 
+def stop_token_ids(config: dict, tokenizer) -> list[int]:
+    """The tokens that end a completion: the tokenizer's EOS (-1, no token, with
+    `gdpo.local.ignore_eos`: then only explicit stop tokens end one) and
+    `policy.generation.stop_token_ids`."""
+    eos = -1 if config["gdpo"]["local"]["ignore_eos"] else tokenizer.eos_token_id
+    return [eos] + list(config["policy"]["generation"]["stop_token_ids"] or [])
+
+
 def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=print) -> TrainState:
     """Seeds, policy (and its frozen reference), prompts and rewards, optimizer, scheduler,
     sampling generator and data order; restored from checkpoint `latest` when given; then
@@ -188,10 +196,7 @@ def setup(config: dict, run_dir: Path, latest: tuple[int, Path] | None, log=prin
         reward_set=reward_set, optimizer=optimizer, scheduler=build_scheduler(optimizer, policy["scheduler"]),
         generator=dev.sampling_generator(device, seed), order=order,
         total_steps=min(grpo["max_num_steps"], grpo["max_num_epochs"] * order.steps_per_epoch),
-        pad_id=tokenizer.pad_token_id,
-        # -1 is no token: with ignore_eos only explicit stop_token_ids end a completion.
-        stop_ids=[-1 if local["ignore_eos"] else tokenizer.eos_token_id]
-        + list(policy["generation"]["stop_token_ids"] or []),
+        pad_id=tokenizer.pad_token_id, stop_ids=stop_token_ids(config, tokenizer),
     )
     restored_metrics = _restore(state, latest) if latest is not None else None
     lifecycle.record_start(
@@ -300,7 +305,8 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
     """The step's metrics under NeMo RL's names plus ours (docs/interfaces.md): rewards,
     the update's loss / grad norm / ratios, LR, token-level advantage range, rollout lengths,
     advantage diagnostics, timings (s) and throughput (tokens/s), peak device memory."""
-    from gdpo_nemo.estimators.collapse import distinct_advantage_groups, zero_std_fraction
+    from gdpo_nemo.estimators.collapse import (collapsed_group_fraction, component_advantage_gaps,
+                                               distinct_advantage_groups, zero_std_fraction)
 
     completion_mask = rollouts.completion_mask
     generated_tokens = int(completion_mask.sum())
@@ -318,6 +324,9 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
         "train/global_valid_toks": generated_tokens,
         "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
         **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids).items()},
+        "train/adv/collapsed_frac": collapsed_group_fraction(rewards, group_ids, reward_weights(state.config)),
+        **{f"train/adv/gap/{name}": value for name, value in component_advantage_gaps(advantages, rewards, group_ids).items()},
+        **exceed_metrics(state.reward_set, rollouts, "train"),
         **{f"timing/train/{key}": value for key, value in seconds.items()},
         # throughput: wall-clock dependent like every timing/* key (NeMo RL's
         # performance/generation_tokens_per_sec on one device)
@@ -378,7 +387,24 @@ def validate(state: TrainState, step: int) -> dict:
     metrics = reward_metrics(rewards, "validation")
     metrics["validation/accuracy"] = metrics["validation/reward"]
     metrics["validation/avg_length"] = float(torch.cat(lengths).mean())
+    metrics.update(exceed_metrics(state.reward_set, torch.cat(lengths), "validation"))
     return metrics
+
+
+def exceed_metrics(reward_set, lengths, prefix: str) -> dict:
+    """``{"<prefix>/exceed_rate": share of responses longer than the length reward's limit}``
+    (the paper's Exceed column, whatever the length reward's conditioning), {} for a reward
+    set without `length`. lengths: Rollouts or Tensor[N] of response tokens."""
+    if "length" not in reward_set.names or not reward_set.length_limit:
+        return {}
+    lengths = lengths.lengths if isinstance(lengths, Rollouts) else lengths
+    return {f"{prefix}/exceed_rate": float((lengths.double() > reward_set.length_limit).double().mean())}
+
+
+def reward_weights(config: dict) -> dict[str, float] | None:
+    """{component: weight} of the run's estimator (gdpo.reward_weights), None for equal ones."""
+    weights = config["gdpo"].get("reward_weights")
+    return dict(weights) if isinstance(weights, dict) else None
 
 
 # ---- the run: setup, then step -> validate -> log ------------------------------------------

@@ -26,7 +26,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from gdpo_nemo.estimators.collapse import distinct_advantage_groups, zero_std_fraction
+from gdpo_nemo.estimators.collapse import (collapsed_group_fraction, component_advantage_gaps,
+                                           distinct_advantage_groups, zero_std_fraction)
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
 from gdpo_nemo.runs.rundir import checkpoint_steps
@@ -98,14 +99,19 @@ def group_diagnostics(
     group_ids: Tensor | None,
     settings: EstimatorSettings | None,
 ) -> dict[str, float]:
-    """{"adv/zero_std_frac/<name>": share, "adv/distinct_groups": n} ({} without groups of
-    two or more samples; no distinct_groups without `settings`)."""
+    """{"adv/zero_std_frac/<name>": share, "adv/collapsed_frac": share, "adv/distinct_groups": n,
+    "adv/gap/<name>": gap} ({} without groups of two or more samples; no distinct_groups or
+    gaps without `settings`)."""
     if not components or not _groups_of_two_or_more(group_ids):
         return {}
     metrics = {f"adv/zero_std_frac/{name}": share for name, share in zero_std_fraction(dict(components), group_ids).items()}
+    weights = settings.options.reward_weights if settings is not None else None
+    metrics["adv/collapsed_frac"] = collapsed_group_fraction(dict(components), group_ids, weights)
     if settings is not None:
         advantages = estimator_advantages(settings, components, group_ids)
         metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
+        metrics.update({f"adv/gap/{name}": gap
+                        for name, gap in component_advantage_gaps(advantages, dict(components), group_ids).items()})
     return metrics
 
 
