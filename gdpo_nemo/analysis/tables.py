@@ -83,6 +83,8 @@ _BFCL_COLUMNS = (
 )
 _MATH_BENCHMARKS = (("math", "MATH"), ("aime", "AIME"), ("amc", "AMC"), ("minerva", "Minerva"), ("olympiad", "Olympiad"))
 _MATH_COLUMNS = (Column("acc", "Acc", "eval/{benchmark}/acc"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"))
+_HELDOUT_COLUMNS = (Column("acc", "Acc", "validation/reward/correctness"), Column("exceed", "Exceed", "validation/exceed_rate"))
+HELDOUT_METRICS = frozenset(column.metric for column in _HELDOUT_COLUMNS)
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("table1", "Table 1: tool calling on BFCL-v3", "toolcall",
@@ -98,6 +100,18 @@ TABLES: tuple[TableSpec, ...] = (
                        for key, label, conditioned in (("length", "R_length", False), ("conditioned", "conditioned", True))
                        for e in ("grpo", "gdpo"))),
               _MATH_COLUMNS, _MATH_BENCHMARKS, "columns", (("length_weight", 1.0),)),
+    # The paper's Acc / Exceed on the local engine's own held-out problems (its greedy
+    # validation: validation/reward/correctness, validation/exceed_rate), for runs of the
+    # offline math set (the study of rewards in tension, paper_figures/tension_study/).
+    TableSpec("table3_heldout", "Table 3 analog: held-out problems of the run's task (Acc / Exceed, %)", "math",
+              (BASE, runs_of("grpo"), runs_of("gdpo")), _HELDOUT_COLUMNS, (("heldout", "Held-out"),), "columns",
+              (("conditioned_length", False), ("length_weight", 1.0))),
+    TableSpec("table4_heldout", "Table 4 analog: held-out problems, length vs conditioned length (Acc / Exceed, %)",
+              "math", (BASE, *(runs_of(e, f" ({label})", f"{e}_{key}", conditioned_length=conditioned)
+                               for key, label, conditioned in (("length", "R_length", False),
+                                                               ("conditioned", "conditioned", True))
+                               for e in ("grpo", "gdpo"))),
+              _HELDOUT_COLUMNS, (("heldout", "Held-out"),), "columns", (("length_weight", 1.0),)),
     TableSpec("table5", "Table 5: coding (pass / exceed / bug, %)", "code",
               (BASE, *(runs_of(e, f" {n}-obj", f"{e}_{n}obj", num_rewards=n) for n in (2, 3) for e in ("grpo", "gdpo"))),
               (Column("pass", "Pass", "eval/{benchmark}/pass"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"),
@@ -152,12 +166,13 @@ def _incomplete_reason(run) -> str | None:
 
 
 def eval_index(metrics: pd.DataFrame) -> tuple[dict, dict]:
-    """({(run_id, metric): last value}, {(run_id, metric): value at step 0}) of ``eval/*`` metrics.
+    """({(run_id, metric): last value}, {(run_id, metric): value at step 0}) of ``eval/*``
+    metrics and of the validation metrics a table reads (`HELDOUT_METRICS`).
 
     One pass over the frame, shared by every cell of every table.
     """
     names = metrics["metric"].astype("category")
-    evals = [c for c in names.cat.categories if str(c).startswith("eval/")]
+    evals = [c for c in names.cat.categories if str(c).startswith("eval/") or str(c) in HELDOUT_METRICS]
     rows = metrics[names.isin(evals)]
     if rows.empty:
         return {}, {}
@@ -316,10 +331,14 @@ PAIRED_COLUMNS = [*GROUP, "metric", "algo", "baseline", "n", "seeds", "mean_diff
                   "t", "p_t", "p_sign_flip", "min_p_sign_flip", "mde", "unpaired"]
 
 
+EXCEED_METRICS = ("train/exceed_rate", "validation/exceed_rate")
+
+
 def is_summary_metric(metric: str) -> bool:
     """The metrics the summary and the paired comparison read: ``train/reward*`` and
-    ``validation/reward*`` (the total and each component)."""
-    return metric.startswith(("train/reward", "validation/reward"))
+    ``validation/reward*`` (the total and each component), and the paper's Exceed
+    (``train/exceed_rate``, ``validation/exceed_rate``: runs with a length reward)."""
+    return metric.startswith(("train/reward", "validation/reward")) or metric in EXCEED_METRICS
 
 
 def metric_bounds(task: str, metric: str) -> tuple[float, float] | None:
@@ -337,7 +356,7 @@ def metric_bounds(task: str, metric: str) -> tuple[float, float] | None:
                 return None
             bounds = ranges.get(metric[len(prefix):])
             return None if bounds is None else (float(bounds[0]), float(bounds[1]))
-    return None
+    return (0.0, 1.0) if metric in EXCEED_METRICS else None
 
 
 def incomplete_runs(dataset: Dataset) -> dict[str, str]:

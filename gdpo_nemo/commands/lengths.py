@@ -30,10 +30,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batches < 1:
         raise ValueError(f"--batches {args.batches}: expected an int >= 1")
+    from gdpo_nemo.tasks import get_task
+
     config, _ = load_run_config(args.config, args.overrides)
-    if "length" not in config["gdpo"]["reward_components"]:
-        raise ValueError(f"gdpo.reward_components={config['gdpo']['reward_components']} has no 'length': calibrate"
-                         " a config of a task with the length reward (task math, math_conditioned, code_2obj)")
+    gdpo = config["gdpo"]
+    names = get_task(gdpo["task"], **gdpo["local"]["task_options"]).reward_set(
+        gdpo["reward_components"], length_limit=gdpo["length_limit"], conditioned_length=gdpo["conditioned_length"]).names
+    if "length" not in names:
+        raise ValueError(f"gdpo.reward_components: the run's rewards are {names}, without 'length': calibrate a config"
+                         " of a task with the length reward (task math, math_conditioned, code_2obj)")
     profile = length_profile(config, batches=args.batches, log=lambda message: print(message, flush=True))
     print(profile.report(args.limits))
     if args.json:

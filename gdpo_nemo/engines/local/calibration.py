@@ -132,7 +132,7 @@ def length_profile(config: dict, batches: int = 1, log=print) -> LengthProfile:
                             autocast=lambda: dev.autocast(device, local["autocast"]))
     generator = dev.sampling_generator(device, grpo["seed"])
     temperature = config["policy"]["generation"]["temperature"]
-    lengths, truncated, rewards = [], [], {}
+    lengths, truncated, rewards, prompts = [], [], {}, []
     max_new_tokens = config["policy"]["generation"]["max_new_tokens"]
     with torch.no_grad():
         for batch in range(batches):
@@ -143,6 +143,8 @@ def length_profile(config: dict, batches: int = 1, log=print) -> LengthProfile:
                                       None, None, generator)
             scores, _ = score(reward_set, tokenizer, rollouts, [e for e in examples
                                                                 for _ in range(grpo["num_generations_per_prompt"])], log=log)
+            prompts += [{"ground_truth": e.ground_truth, **{k: v for k, v in (e.meta or {}).items() if k == "family"}}
+                        for e in examples]
             lengths += rollouts.lengths.tolist()
             truncated += rollouts.truncated.tolist()
             for name, values in scores.items():
@@ -151,4 +153,5 @@ def length_profile(config: dict, batches: int = 1, log=print) -> LengthProfile:
     return LengthProfile(lengths=lengths, truncated=[bool(t) for t in truncated], rewards=rewards,
                          group_size=grpo["num_generations_per_prompt"], max_new_tokens=max_new_tokens,
                          limit=config["gdpo"]["length_limit"],
-                         meta={"start_weights": start_weights, "seed": grpo["seed"], "batches": batches})
+                         meta={"start_weights": start_weights, "seed": grpo["seed"], "batches": batches,
+                               "prompts": prompts})
