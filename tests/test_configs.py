@@ -33,13 +33,13 @@ def toolcall_gdpo():
 # ---------------------------------------------------------------------------------------
 
 
-def test_the_paper_experiments_smoke_the_two_studies_and_the_regeneration_run_are_listed_with_descriptions():
+def test_the_paper_experiments_smoke_the_studies_and_the_regeneration_run_are_listed_with_descriptions():
     experiments = cc.list_experiments()
-    assert set(experiments) == {*PAPER_EXPERIMENTS, "smoke", "gpu_study", "cpu_study", "regeneration"}
+    assert set(experiments) == {*PAPER_EXPERIMENTS, "smoke", "gpu_study", "cpu_study", "tension_study", "regeneration"}
     assert all(len(description) > 20 for description in experiments.values())
 
 
-@pytest.mark.parametrize("name", [*PAPER_EXPERIMENTS, "smoke", "gpu_study", "cpu_study", "regeneration"])
+@pytest.mark.parametrize("name", [*PAPER_EXPERIMENTS, "smoke", "gpu_study", "cpu_study", "tension_study", "regeneration"])
 def test_every_run_of_the_experiment_composes_validates_and_names_itself(name):
     specs = cc.load_experiment(name)
     assert len({spec.run_id for spec in specs}) == len(specs)
