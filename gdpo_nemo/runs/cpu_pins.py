@@ -122,6 +122,8 @@ def state() -> dict:
 
 
 def is_pinned(numbers: dict) -> bool:
-    """Whether a numerics record (`provenance.numerics`) was made under the pins in full."""
+    """Whether a numerics record (`provenance.numerics`) was made under the pins in full. A
+    torch without oneMKL (another BLAS picks its own kernels by CPU) is not: its numbers hold
+    on that kind of CPU only."""
     return (numbers.get("cpu_numerics") == "pinned" and numbers.get("cpu_capability") == ATEN_CAPABILITY.upper()
-            and numbers.get("mkl_branch") in (MKL_BRANCHES[MKL_PINNED], None))
+            and numbers.get("mkl_branch") == MKL_BRANCHES[MKL_PINNED])
