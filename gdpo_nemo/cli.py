@@ -22,7 +22,6 @@ import os
 import sys
 
 from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, DefaultsHelpFormatter, parse_with_overrides, report_error
-from gdpo_nemo.runs import cpu_pins
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,10 +74,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run `gdpo-nemo ARGV`; the exit code (gdpo_nemo.commands.args: 0, 1 failed, 2 bad input)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:  # before any command loads torch: the CPU code paths every machine runs alike
-        cpu_pins.pin()
-    except ValueError as err:
-        return report_error("gdpo-nemo", err, BAD_INPUT)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     only = chosen if chosen in COMMANDS else None
     parser = build_parser(only=only if only else "__none__")

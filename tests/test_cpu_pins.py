@@ -87,10 +87,12 @@ def test_a_process_whose_onemkl_already_ran_is_not_called_pinned_and_says_so():
 
 def test_an_unknown_mode_is_refused_naming_the_variable_and_the_choices():
     clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
-    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "config", "list"], capture_output=True, text=True,
-                          env={**clean, "GDPO_NEMO_CPU_NUMERICS": "fast", "PYTHONPATH": str(REPO)}, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config",
+                           str(REPO / "configs" / "local" / "tiny.yaml"), "--run-dir", "unused"], capture_output=True,
+                          text=True, env={**clean, "GDPO_NEMO_CPU_NUMERICS": "fast", "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 2
     assert "GDPO_NEMO_CPU_NUMERICS='fast': expected one of ['pinned', 'native']" in done.stderr
+    assert not (REPO / "unused").exists()
 
 
 def test_the_machine_is_recorded_beside_the_numerics_and_never_compared():

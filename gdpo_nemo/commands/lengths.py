@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Sample, score and print the report; 0."""
+    from gdpo_nemo.runs import cpu_pins
+
+    cpu_pins.pin()  # before torch's first kernel, as the run it calibrates for
     from gdpo_nemo.engines.local.calibration import length_profile
     from gdpo_nemo.engines.local.config import load_run_config
 

@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Train both arms, write the figure and summary.md into --out, print the table and
     where the files are."""
+    from gdpo_nemo.runs import cpu_pins
+
+    cpu_pins.pin()  # the conversion and warm start here, the runs in processes that inherit it
     if not Path(args.config).is_file():
         raise ValueError(f"--config {args.config} does not exist (the quickstart config ships in the repo's"
                          " configs/local/; run from a checkout or pass --config)")

@@ -38,6 +38,9 @@ def default_run_dir(config: dict) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Load the config with the overrides (ValueError on a bad key), train, print the final
     reward and validation metrics."""
+    from gdpo_nemo.runs import cpu_pins
+
+    cpu_pins.pin()  # before torch's first kernel: the CPU code paths every machine runs alike
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.trainer import train
 

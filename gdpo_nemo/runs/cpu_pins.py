@@ -8,8 +8,9 @@ project's machines: the quickstart's GRPO run on an AMD EPYC without AVX-512 lef
 made on an Intel Xeon after step 11, and a matmul-and-softmax probe gives other bits on an
 AMD EPYC with AVX-512 than the same probe with ATen held to AVX2.
 
-So every process of the local engine (and the `gdpo-nemo` command) pins, before torch's first
-kernel runs:
+So every process of the local engine (`gdpo-nemo train`, `quickstart` and `lengths`, the study
+runner and its run processes, and the engine's `prepare_device` on the CPU) pins, before
+torch's first kernel runs (NeMo RL's engine does not: its numbers come from its GPU cluster):
 
 - ``ATEN_CPU_CAPABILITY=avx2``: ATen's AVX2 kernels, which every x86-64 CPU of the last decade
   has (a CPU without AVX2 falls back to ATen's default kernels, and the record says so);

@@ -59,6 +59,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(missing)
 
 
+def unpinned_environment() -> dict:
+    """This process's environment without the local engine's CPU pins (gdpo_nemo.runs.cpu_pins,
+    set by tests/conftest.py): NeMo RL's own training loop is what this tier checks, not numbers
+    that must regenerate, and oneMKL's COMPATIBLE branch would double its SmolLM2 steps."""
+    from gdpo_nemo.runs import cpu_pins
+
+    env = {k: v for k, v in os.environ.items() if k not in cpu_pins.PINNED_ENV}
+    env[cpu_pins.MODE_ENV] = "native"
+    return env
+
+
 def _inner_run(session) -> dict:
     """Run every selected test of this folder once in .venv-nemo; {nodeid: result}."""
     if "results" in _STATE:
@@ -72,7 +83,7 @@ def _inner_run(session) -> dict:
     command = [str(NEMO_VENV_PYTHON), "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:warnings", "-q", "--durations=0", *nodeids]
     try:
         done = subprocess.run(
-            command, cwd=REPO, env={**os.environ, REPORT_ENV: str(report), "RAY_TMPDIR": ray_tmp},
+            command, cwd=REPO, env={**unpinned_environment(), REPORT_ENV: str(report), "RAY_TMPDIR": ray_tmp},
             capture_output=True, text=True,
         )
     finally:
