@@ -14,11 +14,15 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# The CPU code paths of every product process (gdpo_nemo.runs.cpu_pins), set before any test
-# runs a torch kernel: in-process runs compute what `gdpo-nemo train` computes, and every
-# process the tests start inherits the pins through the environment.
+# The CPU code paths (gdpo_nemo.runs.cpu_pins): the suite runs on torch's native kernels, twice
+# as fast for its SmolLM2 steps as the pins, which it needs only where a test checks what a
+# user's run computes by default; those tests start their processes in
+# tests.support.numerics.user_environment(), where the pins hold. Set before any test runs a
+# torch kernel, and inherited by every process the tests start. A GDPO_NEMO_CPU_NUMERICS given
+# to the suite is kept (=pinned runs the whole suite pinned).
 from gdpo_nemo.runs import cpu_pins  # noqa: E402
 
+os.environ.setdefault(cpu_pins.MODE_ENV, "native")
 cpu_pins.pin()
 
 # The local engine's caches (the embedded model's conversion, warm-starts) live in a folder

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.numerics import user_environment
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([A-Za-z]*)\n(.*?)^```", re.S | re.M)
@@ -100,7 +102,7 @@ def test_a_cheap_docs_command_runs_as_written(where, command, repo_root_copy):
     words = [SUBSTITUTIONS.get(word, word) for word in shlex.split(command, comments=True)]
     if words[1] == "sweep":
         words = [MODES_AS_DRY_RUN.get(word, word) for word in words]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(user_environment(), PYTHONPATH=str(REPO), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", *words[1:]], cwd=repo_root_copy, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-3000:]}"

@@ -20,6 +20,7 @@ import torch
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.runs import provenance, rundir
+from tests.support.numerics import user_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def code_at_start() -> dict:
 def study(tmp_path_factory, code_at_start) -> Path:
     """The smoke CPU study, seeds 0 and 1: four finished tiny runs made by the study runner."""
     out = tmp_path_factory.mktemp("provenance") / "study"
-    env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
+    env = {k: v for k, v in user_environment().items() if k != "GDPO_NEMO_CACHE"}  # pinned, as for a user
     done = subprocess.run([sys.executable, "-m", "gdpo_nemo.commands.local_parallel", "cpu_study", "--smoke",
                            "--jobs", "2", "--only", "seed=0", "--only", "seed=1", "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

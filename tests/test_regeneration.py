@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gdpo_nemo.runs import cpu_pins, provenance, rundir
+from tests.support.numerics import user_environment
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "paper_figures" / "regeneration"
@@ -53,7 +54,7 @@ def regenerated(tmp_path_factory) -> Path:
     assert command[:3] == ["bash", "scripts/study.sh", "regeneration"] and "--out" in command
     out = tmp_path_factory.mktemp("regeneration") / "regeneration"
     command[command.index("--out") + 1] = str(out)
-    env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
+    env = {k: v for k, v in user_environment().items() if k != "GDPO_NEMO_CACHE"}  # pinned, as for a user
     env["PYTHON"] = sys.executable
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -145,7 +146,7 @@ def warm_starts(cache: Path, steps: list) -> list[dict]:
     """Run `steps` ([threads, "prepare" | "train", tamper | None], ...) in one fresh process
     with the tiny model's warm start cached in `cache`; each gives its key and the digest of
     the weights the process ended up with, or the refusal."""
-    env = dict(os.environ, GDPO_NEMO_CACHE=str(cache), PYTHONPATH=str(REPO))
+    env = dict(user_environment(), GDPO_NEMO_CACHE=str(cache), PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-c", WARM_STARTS, json.dumps(steps)], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -114,3 +114,20 @@ def test_the_runs_log_the_mechanism_beside_the_outcome(smoke_study):
                 continue
             assert 0.0 <= record["train/adv/collapsed_frac"] <= 1.0
             assert {"train/adv/gap/correctness", "train/adv/gap/length", "train/exceed_rate"} <= set(record)
+
+
+def test_the_mechanism_figure_plots_each_steps_mean_of_the_runs_own_numbers(smoke_study):
+    figures = smoke_study / "report" / "figures"
+    stem = "mechanism__tension_study__math__tiny"
+    assert (figures / f"{stem}.png").stat().st_size > 0 and (figures / f"{stem}.pdf").stat().st_size > 0
+    plotted = pd.read_csv(figures / f"{stem}.csv")
+    # The collapse share beside accuracy (the non-length reward) and the exceed rate, nothing else.
+    assert set(plotted["metric"]) == {"train/adv/collapsed_frac", "train/reward/correctness", "train/exceed_rate"}
+    runs = {p.name: read_metrics(p) for p in (smoke_study / "runs").iterdir()}
+    for (algo, step, metric), row in plotted.set_index(["algo", "step", "metric"]).iterrows():
+        values = [r[metric] for name, records in runs.items() if f"__{algo}__" in name
+                  for r in records if r["step"] == step and metric in r]
+        assert row["n"] == len(values) == 2
+        assert row["mean"] == pytest.approx(sum(values) / 2, abs=1e-12)
+    steps = {r["step"] for records in runs.values() for r in records if r["step"] > 0}
+    assert set(plotted["step"]) == steps

@@ -25,6 +25,7 @@ _EXPORTS = {
     "to_latex": "gdpo_nemo.analysis.render",
     "plot_reward_curves": "gdpo_nemo.analysis.figures",
     "plot_diagnostics": "gdpo_nemo.analysis.figures",
+    "plot_mechanism": "gdpo_nemo.analysis.figures",
 }
 
 __all__ = sorted(_EXPORTS)

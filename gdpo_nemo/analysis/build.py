@@ -98,6 +98,7 @@ def build_report(
 
     curve_paths = figures.plot_reward_curves(dataset, figures_dir, smooth=smooth)
     diag_paths = figures.plot_diagnostics(dataset, figures_dir, smooth=smooth)
+    diag_paths += figures.plot_mechanism(dataset, figures_dir, smooth=smooth)
     from gdpo_nemo.analysis.fig3 import fig3
 
     fig3_paths = fig3(figures_dir, counts_path=fig3_counts, samples=fig3_samples, progress=progress)

@@ -4,6 +4,10 @@
   total (``train/reward``), one line per algo (mean over seeds) with a band of +-1 std
   over seeds, as the paper's tool-calling, GSM8K and math training figures.
 - `plot_diagnostics`: ``train/adv/distinct_groups`` and ``train/adv/zero_std_frac/<name>``.
+- `plot_mechanism`: for runs with a length reward, the mechanism beside the outcome: the share
+  of trained groups in which GRPO merges distinct reward combinations
+  (``train/adv/collapsed_frac``), each non-length reward and the exceed rate, with the
+  plotted values in a CSV beside the figure.
 - paper Fig. 2-3: gdpo_nemo.analysis.fig3.
 
 Figures are sized for print (7.2 in wide at most, fonts >= 8 pt, lines 1.6 pt) and written
@@ -198,4 +202,36 @@ def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = No
         paths += plot_panels(part, metrics, out_dir / f"advantage_groups__{experiment}__{task}__{model}",
                              title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels,
                              units=units)
+    return paths
+
+
+MECHANISM_COLLAPSE = "train/adv/collapsed_frac"
+MECHANISM_EXCEED = "train/exceed_rate"
+
+
+def plot_mechanism(dataset: Dataset, out_dir: Path, *, smooth: int | None = None) -> list[Path]:
+    """For every (experiment, task, model) whose runs log both ``train/adv/collapsed_frac`` and
+    ``train/exceed_rate`` (a length reward), one figure: the collapse share (the paper's Fig. 3
+    count on the batches trained) beside each other reward's curve (accuracy) and the exceed
+    rate, and ``mechanism__<experiment>__<task>__<model>.csv`` with the unsmoothed values
+    plotted (algo, step, metric, mean over runs, std, n). Returns the written paths."""
+    paths = []
+    for (experiment, task, model), part in _groups(dataset):
+        present = {str(m) for m in part.metrics["metric"].unique()}
+        if not {MECHANISM_COLLAPSE, MECHANISM_EXCEED} <= present:
+            continue
+        names = [m.split("/", 2)[2] for m in present if m.startswith("train/reward/")]
+        outcome = [f"train/reward/{c}" for c in _component_order(part.runs, names) if c != "length"]
+        metrics = [MECHANISM_COLLAPSE, *outcome, MECHANISM_EXCEED]
+        labels = {MECHANISM_COLLAPSE: "GRPO-collapsed groups", MECHANISM_EXCEED: "responses over the length limit"} | {
+            m: f"{m.rsplit('/', 1)[1]} reward" for m in outcome}
+        units = {MECHANISM_COLLAPSE: "share of the batch's groups", MECHANISM_EXCEED: "share of the batch's responses"}
+        stem = out_dir / f"mechanism__{experiment}__{task}__{model}"
+        paths += plot_panels(part, metrics, stem, title=f"{experiment} / {task} / {model}: mechanism and outcome",
+                             smooth=smooth, ylabels=labels, units=units)
+        wanted = part.metrics[part.metrics["metric"].isin(metrics)]
+        table = pd.concat([curve_stats(wanted, m).assign(metric=m) for m in metrics], ignore_index=True)
+        csv = stem.parent / (stem.name + ".csv")
+        table[["algo", "step", "metric", "mean", "std", "n"]].sort_values(["metric", "algo", "step"]).to_csv(csv, index=False)
+        paths.append(csv)
     return paths

@@ -307,6 +307,9 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
     advantage diagnostics, timings (s) and throughput (tokens/s), peak device memory."""
     from gdpo_nemo.estimators.collapse import (collapsed_group_fraction, component_advantage_gaps,
                                                distinct_advantage_groups, zero_std_fraction)
+    from gdpo_nemo.config.settings import EstimatorSettings
+
+    weights = EstimatorSettings.from_gdpo(state.config["gdpo"]).options.reward_weights  # the sum GRPO normalizes
 
     completion_mask = rollouts.completion_mask
     generated_tokens = int(completion_mask.sum())
@@ -324,7 +327,7 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
         "train/global_valid_toks": generated_tokens,
         "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
         **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids).items()},
-        "train/adv/collapsed_frac": collapsed_group_fraction(rewards, group_ids, reward_weights(state.config)),
+        "train/adv/collapsed_frac": collapsed_group_fraction(rewards, group_ids, weights),
         **{f"train/adv/gap/{name}": value for name, value in component_advantage_gaps(advantages, rewards, group_ids).items()},
         **exceed_metrics(state.reward_set, rollouts, "train"),
         **{f"timing/train/{key}": value for key, value in seconds.items()},
@@ -399,12 +402,6 @@ def exceed_metrics(reward_set, lengths, prefix: str) -> dict:
         return {}
     lengths = lengths.lengths if isinstance(lengths, Rollouts) else lengths
     return {f"{prefix}/exceed_rate": float((lengths.double() > reward_set.length_limit).double().mean())}
-
-
-def reward_weights(config: dict) -> dict[str, float] | None:
-    """{component: weight} of the run's estimator (gdpo.reward_weights), None for equal ones."""
-    weights = config["gdpo"].get("reward_weights")
-    return dict(weights) if isinstance(weights, dict) else None
 
 
 # ---- the run: setup, then step -> validate -> log ------------------------------------------
