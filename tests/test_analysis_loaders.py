@@ -266,3 +266,41 @@ def test_nan_logged_by_a_run_is_kept_as_nan(tmp_path):
     write_run_dir(tmp_path, RID, [{"step": 1, "train/reward": "nan"}])
     ds = load_source(tmp_path, cache_dir=None)
     assert math.isnan(values(ds, RID.name, "train/reward")[1])
+
+
+def test_a_run_is_finished_only_when_the_job_reaching_its_last_step_finished(tmp_path):
+    """Run dirs: DONE finished, FAILED crashed, neither unfinished, whatever the last step
+    logged; W&B jobs of one run (a requeue): the job that logged the last step decides."""
+    from gdpo_nemo.analysis.frame import RunLog, assemble
+    from gdpo_nemo.analysis.tables import incomplete_runs
+    from gdpo_nemo.runs import rundir
+
+    rows = [{"step": s, "train/reward": 0.5} for s in (1, 2, 3)]
+    states = {}
+    for seed, state in enumerate(("done", "failed", "silent")):
+        run_id = RunId("exp", "gsm8k", "qwen2.5-1.5b", "gdpo", seed)
+        folder = write_run_dir(tmp_path / "runs", run_id, rows, config=run_config(run_id, max_steps=3), done=state == "done")
+        if state == "failed":
+            rundir.mark_failed(folder, "ValueError: Dynamic sampling has reached the maximum allowed number of batches")
+        states[run_id.name] = state
+    dataset = load_source(str(tmp_path / "runs"), cache_dir=None)
+    found = dict(zip(dataset.runs["run_id"], dataset.runs["status"]))
+    assert {name: found[name] for name in states} == {name: {"done": "finished", "failed": "crashed", "silent": "unfinished"}[s]
+                                                      for name, s in states.items()}
+    left_out = incomplete_runs(dataset)
+    assert {name: left_out.get(name) for name in states} == {
+        name: {"done": None, "failed": "crashed at step 3 of 3", "silent": "unfinished at step 3 of 3"}[s]
+        for name, s in states.items()}
+
+    run_id = RunId("exp", "gsm8k", "qwen2.5-1.5b", "grpo", 0)
+    config = run_config(run_id, max_steps=4)
+
+    def job(status: str, steps) -> RunLog:
+        return RunLog(run_id=run_id, source="wandb-offline", path="wandb", status=status, config=config,
+                      rows={s: {"train/reward": 0.5} for s in steps}, priority=1)
+
+    requeued = assemble([job("crashed", (1, 2)), job("finished", (3, 4))])  # cancelled, then the requeued job
+    assert list(requeued.runs["status"]) == ["finished"] and not incomplete_runs(requeued)
+    failed_last = assemble([job("finished", (1, 2)), job("crashed", (3, 4))])
+    assert list(failed_last.runs["status"]) == ["crashed"]
+    assert incomplete_runs(failed_last) == {run_id.name: "crashed at step 4 of 4"}

@@ -276,6 +276,17 @@ def test_metrics_writer_merges_calls_of_one_step_and_skips_non_scalars(tmp_path)
     ]
 
 
+def test_metrics_writer_closed_after_a_failure_leaves_out_the_step_that_did_not_finish(tmp_path, capsys):
+    writer = metrics.StepMetricsWriter(tmp_path)
+    writer.log({"reward": 1.0}, 1, "train")
+    writer.log({"total_step_time": 3.0}, 1, "timing/train", finished=True)
+    writer.log({"reward": 0.5}, 2, "train")  # the job fails before step 2's last call
+    writer.close(complete=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records == [{"step": 1, "train/reward": 1.0, "timing/train/total_step_time": 3.0}]
+    assert "step 2 did not finish; its 1 logged values are not written as a step" in capsys.readouterr().err
+
+
 def test_metrics_writer_resuming_from_a_checkpoint_keeps_earlier_steps_only(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"step": 3, "a": 3}\n')
     for kept in ("step_2", "step_1", "tmp_step_3"):  # NeMo RL keeps the top k; tmp_: a save cut short

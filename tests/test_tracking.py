@@ -278,3 +278,41 @@ def test_nemo_rls_own_wandb_logger_is_sent_offline_when_the_server_does_not_answ
         settle_external_wandb(True, tmp_path, log=lines.append)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert settle_external_wandb(True, tmp_path, log=lines.append) == "disabled"
+
+
+NEMO_RL_LIKE_INIT = """
+import sys
+from pathlib import Path
+if sys.argv[1] == "settled":
+    from gdpo_nemo.runs.tracking import settle_external_wandb
+    print("mode", settle_external_wandb(True, sys.argv[2]))
+import wandb
+# What NeMo RL's WandbLogger does: wandb.init with the config's keyword arguments, no mode.
+run = wandb.init(project="gdpo-nemo-tests", name="no-key", dir=sys.argv[2])
+run.log({"train/reward": 0.5}, step=1)
+run.finish()
+"""
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "as W&B alone"])
+def test_an_external_wandb_logger_without_a_key_writes_offline_files_instead_of_asking_for_a_login(tmp_path, settled):
+    """A user's shell: no WANDB_API_KEY, no WANDB_MODE, an empty HOME (no netrc). wandb.init
+    as NeMo RL calls it fails there on its own; after settle_external_wandb it runs offline."""
+    import os
+    import subprocess
+    import sys
+
+    home, runs = tmp_path / "home", tmp_path / "run"
+    home.mkdir(), runs.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, "-c", NEMO_RL_LIKE_INIT, "settled" if settled else "alone", str(runs)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    offline = list(runs.rglob("offline-run-*"))
+    if settled:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "mode offline" in done.stdout and len(offline) == 1
+        [history] = [read_wandb_history(f) for f in offline[0].glob("run-*.wandb")]
+        assert [row["train/reward"] for row in history] == [0.5]
+    else:  # the failure the settling prevents, seen in W&B itself
+        assert done.returncode != 0 and "No API key configured" in done.stderr and not offline

@@ -198,7 +198,7 @@ def assemble(logs: list[RunLog], problems: list[tuple[str, str, str]] | None = N
         config: dict = {}
         for log in sorted(group, key=lambda g: g.priority):
             config = _deep_merge(config, log.config)
-        status = _merge_status([log.status for log in group])
+        status = _merge_status(group)
         meta = run_metadata(run_id, config)
         if not meta["reward_components"]:
             # Config left the task's default set implicit: name the components the run logged.
@@ -305,7 +305,15 @@ def _drop_duplicate_paths(name: str, group: list[RunLog], problem_rows: list) ->
     return kept
 
 
-def _merge_status(statuses: list[str]) -> str:
+def _merge_status(logs: list[RunLog]) -> str:
+    """The state of a run logged by several sources or jobs: that of the log(s) reaching its
+    last step (a requeued job's later run decides, not the job killed before it); among
+    those, crashed, then finished, then unfinished."""
+    def last_step(log: RunLog) -> int:
+        return max(log.rows, default=-1)
+
+    final = max(last_step(log) for log in logs)
+    statuses = [log.status for log in logs if last_step(log) == final]
     for status in ("crashed", "finished", "unfinished"):
         if status in statuses:
             return status

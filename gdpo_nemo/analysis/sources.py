@@ -80,7 +80,7 @@ def read_run_dir(folder: Path, problems: list) -> list[RunLog]:
     if run_id is None:
         problems.append(("", "no_run_id", f"{folder}: run dir without a gdpo run id in config.yaml or its name; skipped"))
         return []
-    status = "finished" if rundir.done_path(folder).exists() else "unfinished"
+    status = rundir.status(folder)
     try:
         records = provenance.read(folder)
     except ValueError as err:

@@ -157,10 +157,13 @@ def _short_runs(runs: pd.DataFrame) -> pd.Series:
 
 def _incomplete_reason(run) -> str | None:
     """Why a run's final value is not comparable ("crashed at step 5 of 20", "stopped short
-    at step 5 of 20"), or None; `run` is a run-table row with a ``short`` column (`_short_runs`)."""
-    if run["status"] != "crashed" and not run["short"]:
+    at step 5 of 20", "unfinished at step 20 of 20"), or None; `run` is a run-table row with a
+    ``short`` column (`_short_runs`). A run its source calls unfinished (no DONE marker, no W&B
+    exit record: still running, or its job died) is not a finished seed even when its last
+    record is its last planned step: a job that dies in its last step leaves just that."""
+    if run["status"] not in ("crashed", "unfinished") and not run["short"]:
         return None
-    why = "crashed" if run["status"] == "crashed" else "stopped short"
+    why = "crashed" if run["status"] == "crashed" else "stopped short" if run["short"] else "unfinished"
     planned = "" if pd.isna(run["max_steps"]) else f" of {int(run['max_steps'])}"
     return f"{why} at step {int(run['last_step'])}{planned}"
 

@@ -73,6 +73,14 @@ def record_start(run_dir, *, numbers: dict, start_weights: dict, resumed_from: i
         numbers=numbers, start_weights=start_weights, resumed_from=resumed_from, libraries=libraries))
 
 
+def fail_run(run_dir, error: BaseException | None) -> None:
+    """The run's job ends without finishing (an error, Ctrl-C, a SIGTERM inside a step):
+    ``FAILED`` with what stopped it, so every reader calls the run crashed, not finished,
+    until a later job starts it again."""
+    why = "stopped" if error is None else f"{type(error).__name__}: {error}".rstrip(": ")
+    rundir.mark_failed(run_dir, why)
+
+
 def finish_run(run_dir, note: str = "") -> None:
     """Mark the run finished (``DONE`` holding `note`): only once it trained all its steps,
     never after a stop (a kill, a timeout) that a resume would continue."""

@@ -12,6 +12,7 @@ place:
       wandb_id                    WANDB_ID_FILE: the W&B run id, so a resumed run continues it
       eval/<benchmark>/step_<N>.json   EVAL_DIR: `gdpo-nemo eval` results (`eval_file`)
       DONE                        DONE_FILE: the run finished all its steps (`mark_done`, `is_done`)
+      FAILED                      FAILED_FILE: the run's last job failed (`mark_failed`), with why
       replaced/<time>/            REPLACED_DIR: an earlier run in this dir, moved here by --overwrite
       metrics.after-step<N>.<time>.jsonl   records past the checkpoint a run resumed from
 
@@ -41,6 +42,7 @@ import yaml
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "DONE"
+FAILED_FILE = "FAILED"
 CHECKPOINTS_DIR = "checkpoints"
 WANDB_DIR = "wandb"
 WANDB_ID_FILE = "wandb_id"
@@ -118,8 +120,27 @@ def mark_done(run_dir, note: str = "") -> None:
 
 
 def clear_done(run_dir) -> None:
-    """Remove a stale ``DONE`` (a run that starts or resumes is not finished)."""
+    """Remove a stale ``DONE`` and ``FAILED`` (a run that starts or resumes is neither
+    finished nor failed)."""
     done_path(run_dir).unlink(missing_ok=True)
+    failed_path(run_dir).unlink(missing_ok=True)
+
+
+def failed_path(run_dir) -> Path:
+    """``<run_dir>/FAILED``."""
+    return Path(run_dir) / FAILED_FILE
+
+
+def mark_failed(run_dir, why: str) -> None:
+    """Mark the run's last job failed (an error, or stopped inside a step), `why` in one
+    line: readers call the run crashed until a later job starts it again (`clear_done`)."""
+    failed_path(run_dir).write_text(why.strip().replace("\n", " ")[:2000] + "\n")
+
+
+def status(run_dir) -> str:
+    """``finished`` (DONE), ``crashed`` (FAILED) or ``unfinished`` (neither: running, or a
+    job killed without a word)."""
+    return "finished" if is_done(run_dir) else "crashed" if failed_path(run_dir).is_file() else "unfinished"
 
 
 # ---- config.yaml ---------------------------------------------------------------------

@@ -76,7 +76,9 @@ def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
     it answers (``wandb.Api().viewer``, within `online_init_timeout`); when it does not, set
     ``WANDB_MODE=offline`` in this process's environment for that logger, and say so with the
     folder and the ``wandb sync`` command; with ``WANDB_MODE=online``, raise
-    WandbUnavailable (one line) instead. Returns the mode the logger will use."""
+    WandbUnavailable (one line) instead. Whenever the mode is offline (no key, or no server),
+    ``WANDB_MODE=offline`` is set, so that logger never tries to log in. Returns the mode the
+    logger will use."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     mode = wandb_mode(enabled)
     if mode == "online":
@@ -88,9 +90,24 @@ def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
             _going_offline(err, log)
             os.environ["WANDB_MODE"] = mode = "offline"
     if mode == "offline":
+        # That logger calls wandb.init without a mode: with no key W&B would try to log in and
+        # fail ("No API key configured"), so the mode chosen here is handed to it explicitly.
+        os.environ["WANDB_MODE"] = "offline"
         # NeMo RL puts W&B's folder a few levels down (an experiment folder, wandb/wandb/).
         log(f"W&B: offline run under {log_dir}; upload it with: wandb sync $(find {log_dir} -type d -name 'offline-run-*')")
     return mode
+
+
+def fail_external_wandb() -> bool:
+    """End the W&B run that a logger not ours (NeMo RL's) started in this process as failed
+    (exit code 1), so its files and the server call it crashed, not finished: W&B's own exit
+    hook records exit code 0 whatever ended the process. True when there was such a run."""
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None) if wandb is not None else None
+    if run is None:
+        return False
+    run.finish(exit_code=1)
+    return True
 
 
 def wandb_mode(enabled: bool) -> str:

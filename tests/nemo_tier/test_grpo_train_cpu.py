@@ -315,6 +315,69 @@ def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(ma
     assert max(abs(a) for a in read_advantages(run_dir)[2]["advantages"]) > 0.1  # a step that trained
 
 
+_FAIL_INSIDE_LAST_STEP = textwrap.dedent("""
+    import sys
+    from nemo_rl.utils import logger
+
+    last = int(sys.argv.pop(1))
+    log_metrics = logger.TensorboardLogger.log_metrics
+
+    def fail_at_the_last_call_of_the_last_step(self, metrics, step, prefix="", step_metric=None, step_finished=False):
+        if step == last and step_finished:  # earlier calls of this step are logged: a partial step
+            raise RuntimeError("injected: the job fails inside its last step")
+        return log_metrics(self, metrics, step, prefix, step_metric, step_finished)
+
+    logger.TensorboardLogger.log_metrics = fail_at_the_last_call_of_the_last_step
+    from gdpo_nemo.commands.nemo_smoke import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_job_failing_inside_its_last_step_in_a_users_shell_is_no_finished_seed_in_any_source(tiny_dir, tmp_path):
+    """`gdpo-nemo nemo-smoke --wandb` as a user's shell runs it (no W&B key, no WANDB_MODE, an
+    empty HOME): W&B runs offline instead of asking for a login; the job fails inside its last
+    step; its partial step is not a step in metrics.jsonl, its W&B run ends failed, and the
+    report calls it crashed from the run dir and from the W&B files alone."""
+    if tiny_dir is None:
+        return
+    from gdpo_nemo import config as cc
+    from gdpo_nemo.analysis.frame import assemble
+    from gdpo_nemo.analysis.sources import read_run_dir
+    from gdpo_nemo.analysis.tables import incomplete_runs
+    from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
+    from gdpo_nemo.runs import rundir
+
+    run_dir = tmp_path / "runs" / "failing"
+    source = tmp_path / "run.yaml"
+    source.write_text(cc.dump(cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", seed=0)))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "RAY_ADDRESS"}
+    env.update(HOME=str(home), RAY_TMPDIR=str(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "failing"))
+    Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", _FAIL_INSIDE_LAST_STEP, "2", str(source), "--model", "tiny",
+                           "--run-dir", str(run_dir), "--steps", "2", "--wandb", "--data", "offline"],
+                          env=env, capture_output=True, text=True, start_new_session=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode != 0 and "injected: the job fails inside its last step" in printed, printed[-3000:]
+    assert "No API key" not in printed and "W&B: offline run under" in printed
+    # metrics.jsonl: step 1, not the half of step 2
+    assert [r["step"] for r in rundir.read_metrics(run_dir)] == [1]
+    assert "metrics.jsonl: step 2 did not finish" in (run_dir / "nemo_rl.log").read_text()  # NeMo RL's own output
+    assert not rundir.done_path(run_dir).exists()
+    assert "RuntimeError: injected: the job fails inside its last step" in rundir.failed_path(run_dir).read_text()
+    # the W&B run: offline files in the run dir, ended as failed
+    [wandb_run] = find_offline_runs(run_dir)
+    log = read_offline_run(wandb_run)
+    assert log.status == "crashed" and 1 in log.rows
+    # the report, from the run dir and from the W&B files alone
+    for logs in (read_run_dir(run_dir, []), [log]):
+        dataset = assemble(logs)
+        [status] = dataset.runs["status"]
+        assert status == "crashed", logs
+        assert list(incomplete_runs(dataset).values()) == [f"crashed at step {int(dataset.runs['last_step'][0])} of 2"]
+
+
 def test_dynamic_sampling_stops_at_its_configured_limit(matrix_runs):
     """NeMo RL's own dynamic_sampling (behind our hook), as grpo_train calls it, on draws
     whose every group has zero spread: it asks for another draw up to the limit (2 on the

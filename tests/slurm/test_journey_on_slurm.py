@@ -121,8 +121,13 @@ def journey(slurm_cluster, tmp_path_factory) -> Journey:
     outputs: dict = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GDPO_NEMO_EXPERIMENTS", str(experiments))
-        mp.setenv("WANDB_MODE", "offline")  # the jobs inherit the submitting shell's environment
-        mp.delenv("WANDB_API_KEY", raising=False)
+        # A user's shell, which the jobs inherit: no W&B key, no WANDB_MODE, a HOME with no
+        # netrc. The jobs' NeMo RL W&B loggers must write offline files, not ask for a login.
+        for name in [n for n in os.environ if n.startswith("WANDB_")]:
+            mp.delenv(name)
+        home = root / "home"
+        home.mkdir()
+        mp.setenv("HOME", str(home))
         outputs["submit"] = _sweep(sweep_dir, profile_path, "--submit")
         # The run to cancel, uninterrupted, beside the sweep: the job's own command, another run dir.
         from gdpo_nemo.sweep.profiles import load_profile

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -474,6 +475,8 @@ def train(config: dict, run_dir, *, resume: bool = False, overwrite: bool = Fals
     finally:
         progress.close()
         state.tracker.close(exit_code=exit_code)
+        if exit_code:
+            lifecycle.fail_run(run_dir, sys.exc_info()[1])
     return RunResult(run_dir, state.total_steps, metrics, time.perf_counter() - started, state.start_step)
 
 

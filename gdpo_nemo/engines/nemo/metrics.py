@@ -19,6 +19,7 @@ with one generation per prompt).
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -289,9 +290,17 @@ class StepMetricsWriter:
             self._tracker.log(self._record, self._step)
         self._record = {}
 
-    def close(self) -> None:
-        """Write the last step's record and close the file."""
+    def close(self, *, complete: bool = True) -> None:
+        """Write the last step's record and close the file. `complete` False (the run failed
+        or was stopped inside a step): a step whose last log call never came is not a step, so
+        its partial record is left out (one line on stderr says so), and the run's last
+        record is its last finished step."""
         with self._lock:
-            self._flush()
+            if complete:
+                self._flush()
+            elif self._step is not None and self._record:
+                print(f"metrics.jsonl: step {self._step} did not finish; its {len(self._record)} logged values are not"
+                      " written as a step", file=sys.stderr, flush=True)
+                self._record = {}
             self._step = None
             self._tracker.close()

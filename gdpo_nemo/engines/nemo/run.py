@@ -131,7 +131,7 @@ def launch(config: dict, script: Path) -> None:
     from gdpo_nemo.engines.nemo import plugin
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
 
-    from gdpo_nemo.runs.tracking import settle_external_wandb
+    from gdpo_nemo.runs.tracking import fail_external_wandb, settle_external_wandb
 
     run_dir = prepare_run_dir(config)
     # NeMo RL's own W&B logger: offline within seconds when its server does not answer.
@@ -140,12 +140,17 @@ def launch(config: dict, script: Path) -> None:
     state = plugin.register(config, writer=writer)
     saved_argv = sys.argv
     sys.argv = [str(script), "--config", str(rundir.config_path(run_dir))]
+    completed = False
     try:
         with exit_on_sigterm():
             runpy.run_path(str(script), run_name="__main__")
+        completed = True
     finally:
         sys.argv = saved_argv
-        writer.close()
+        writer.close(complete=completed)  # a step cut short is not a step
+        if not completed:
+            fail_external_wandb()
+            lifecycle.fail_run(run_dir, sys.exc_info()[1])
     if not state.timed_out:
         lifecycle.finish_run(run_dir, "done\n")
 

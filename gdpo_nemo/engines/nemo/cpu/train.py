@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from gdpo_nemo.runs import rundir
+from gdpo_nemo.runs import lifecycle, rundir
 
 __all__ = ["CpuRun", "train_on_cpu"]
 
@@ -73,6 +73,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
     from gdpo_nemo.engines.nemo.run import prepare_run_dir, reclaim_sigterm
+    from gdpo_nemo.runs.tracking import fail_external_wandb
 
     started = time.perf_counter()
     config = dict(config)
@@ -98,6 +99,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     reclaim_sigterm()  # Ray's driver took SIGTERM over (gdpo_nemo.engines.nemo.run.exit_on_sigterm)
     policy = virtual_cluster = None
+    completed = False
     task_to_env, val_task_to_env = {}, {}
     try:
         dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(tokenizer, master.data, master.env)
@@ -135,9 +137,13 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         result.generate_calls = generation.calls
         result.weights_after = _weights(policy)
         result.timed_out = state.timed_out
+        completed = True
     finally:
         stopping = time.perf_counter()
-        writer.close()
+        writer.close(complete=completed)  # a step cut short is not a step
+        if not completed:
+            fail_external_wandb()
+            lifecycle.fail_run(run_dir, sys.exc_info()[1])
         _shut_down(policy, virtual_cluster, (task_to_env, val_task_to_env), own_ray)
         result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()
