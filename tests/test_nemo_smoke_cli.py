@@ -161,7 +161,7 @@ def test_the_smollm2_defaults_are_the_shape_whose_rewards_move_and_flags_win():
 
     def size(**flags):
         args = argparse.Namespace(**{"model": "tiny", "steps": 2, "prompts": 2, "generations": None, "max_new_tokens": None,
-                                     "val_period": 1, **flags})
+                                     "val_period": 1, "max_gen_batches": None, **flags})
         return (_size(args).generations, _size(args).max_new_tokens)
 
     assert MODEL_SHAPES == {"tiny": (2, 32), "smollm2": (4, 64)}
@@ -177,9 +177,55 @@ def test_the_dapo_stop_says_which_flags_to_raise():
     error = ValueError("Dynamic sampling has reached the maximum allowed number of batches (2). Consider evaluating the"
                        " complexity of your data or adjusting the num_prompts_per_step or num_generations_per_prompt"
                        " parameters to enhance the diversity of the samples.")
-    line = _failure(error, SmokeSize(generations=4, max_new_tokens=64))
+    line = _failure(error, SmokeSize(generations=4, max_new_tokens=64), cap=MAX_GEN_BATCHES)
     assert line.startswith("ValueError: Dynamic sampling has reached the maximum allowed number of batches (2).")
     for hint in ("raise --generations (now 4)", "--max-new-tokens (now 64)", "grpo.dynamic_sampling_max_gen_batches=N",
-                 f"this CPU path's default: {MAX_GEN_BATCHES}", "grpo.use_dynamic_sampling=false"):
+                 "--max-gen-batches N", "grpo.use_dynamic_sampling=false"):
         assert hint in line
     assert _failure(RuntimeError("boom\nmore"), SmokeSize()) == "RuntimeError: boom"
+
+
+def test_the_cap_on_dapo_batches_is_a_flag_and_an_override_of_the_key_wins(run_yaml, tmp_path):
+    config = cc.load_config_file(run_yaml)  # math: DAPO on, grpo.dynamic_sampling_max_gen_batches as composed
+    configured = config["grpo"]["dynamic_sampling_max_gen_batches"]
+    assert configured > 4
+
+    def cap(**kw):
+        size = SmokeSize(max_gen_batches=kw.pop("max_gen_batches", MAX_GEN_BATCHES))
+        return cpu_config(config, model_dir="/m", run_dir=tmp_path, size=size, **kw).config["grpo"]["dynamic_sampling_max_gen_batches"]
+
+    assert cap() == MAX_GEN_BATCHES == 2
+    assert cap(max_gen_batches=4) == 4
+    assert cap(overrides=["grpo.dynamic_sampling_max_gen_batches=6"]) == 6
+
+
+def test_the_dapo_stop_names_nemo_rls_real_number_of_batches():
+    from gdpo_nemo.commands.nemo_smoke import _failure
+
+    err = ValueError("Dynamic sampling has reached the maximum allowed number of batches (2). Consider ...")
+    line = _failure(err, SmokeSize(generations=4, max_new_tokens=32), cap=2)
+    assert "all 3 batches (the first and 2 more" in line and "--max-gen-batches N" in line
+    assert "nemo_cpu.max_gen_batches" in line and "\n" not in line
+
+
+def test_a_resubmission_that_would_stop_at_the_same_dapo_cap_says_so_instead(run_yaml, tmp_path):
+    from gdpo_nemo.commands.nemo_smoke import _refuse_a_repeat
+    from gdpo_nemo.runs import lifecycle, rundir
+
+    run_dir = tmp_path / "run"
+    config = cpu_config(cc.load_config_file(run_yaml), model_dir="/m", run_dir=run_dir).config
+    (run_dir / "checkpoints" / "step_2").mkdir(parents=True)
+    stop = ValueError("Dynamic sampling has reached the maximum allowed number of batches (2). Consider ...")
+    lifecycle.fail_run(run_dir, stop, config_digest=lifecycle.config_digest(config), checkpoint=2)
+    with pytest.raises(ValueError, match="its last job stopped at DAPO's batch cap .* from the same checkpoint step 2"
+                                         " with the same config") as raised:
+        _refuse_a_repeat(run_dir, config)
+    assert "nemo_cpu.max_gen_batches" in str(raised.value) and str(rundir.failed_path(run_dir)) in str(raised.value)
+    # a larger cap, a newer checkpoint, or another failure: the job goes ahead
+    raised_cap = {**config, "grpo": {**config["grpo"], "dynamic_sampling_max_gen_batches": 4}}
+    _refuse_a_repeat(run_dir, raised_cap)
+    (run_dir / "checkpoints" / "step_3").mkdir()
+    _refuse_a_repeat(run_dir, config)
+    (run_dir / "checkpoints" / "step_3").rmdir()
+    lifecycle.fail_run(run_dir, RuntimeError("a node went away"), config_digest=lifecycle.config_digest(config), checkpoint=2)
+    _refuse_a_repeat(run_dir, config)

@@ -131,7 +131,7 @@ def test_the_nemo_cpu_profile_needs_no_container_and_fills_in_every_size():
     p = load_profile("local_nemo_cpu")
     p.check_engine("nemo")  # no container, no NeMo RL checkout: the CPU path
     assert dict(p.nemo_cpu) == {"model": "tiny", "steps": 2, "prompts": 2, "generations": 2, "max_new_tokens": 32,
-                                "val_period": 1, "wandb": True}
+                                "val_period": 1, "max_gen_batches": 2, "overrides": (), "wandb": True}
     assert dict(parse(nemo_cpu=None).nemo_cpu)["model"] == "tiny"  # an empty block: every default
     with pytest.raises(SweepError, match="lacks container, nemo_rl_dir"):
         parse().check_engine("nemo")
@@ -141,6 +141,9 @@ def test_the_nemo_cpu_profile_needs_no_container_and_fills_in_every_size():
     ({"modle": "tiny"}, "nemo_cpu: unknown key\\(s\\) modle; accepted keys are model, steps"),
     ({"steps": 0}, "nemo_cpu.steps must be a positive integer, got 0"),
     ({"wandb": "yes"}, "nemo_cpu.wandb must be true or false, got 'yes'"),
+    ({"max_gen_batches": 0}, "nemo_cpu.max_gen_batches must be a positive integer, got 0"),
+    ({"overrides": "grpo.batch_multiplier=2"}, "nemo_cpu.overrides must be a list of KEY=VALUE overrides, got 'grpo"),
+    ({"overrides": ["grpo.batch_multiplier"]}, "nemo_cpu.overrides must be a list of KEY=VALUE overrides"),
     ("tiny", "nemo_cpu must be a mapping of model, steps"),
 ])
 def test_a_bad_nemo_cpu_block_names_the_key_and_what_is_accepted(block, message):

@@ -114,11 +114,37 @@ def test_a_nemo_cpu_profile_runs_nemo_rl_on_one_node_s_cpu_through_the_same_temp
     assert exported(script, "COMMAND") == (
         f"cd {WORKDIR} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} {sys.executable} -m"
         f" gdpo_nemo.commands.nemo_smoke {config} --run-dir {run_dir} --continue --model smollm2 --steps 3 --prompts 2"
-        " --generations 2 --max-new-tokens 32 --val-period 1 --wandb")
+        " --generations 2 --max-new-tokens 32 --val-period 1 --max-gen-batches 2 --wandb")
     sbatch = directives(script)
     assert {"--ntasks=1", "--cpus-per-task=2", "--mem=6G"} <= set(sbatch)
     assert not [d for d in sbatch if d.startswith(("--gres", "--exclusive"))]
     assert "RAY_SUB=''" in script.splitlines() and 'exec bash -c "$COMMAND"' in script
+
+
+def test_the_dapo_cap_and_the_profiles_overrides_reach_a_nemo_cpu_job_after_the_cpu_changes():
+    """An experiment's own grpo.dynamic_sampling_max_gen_batches (which the CPU path would
+    bound) and the profile's nemo_cpu.overrides reach the job as overrides of its own, in
+    that order, after the flags; the experiment's other overrides stay in the config only."""
+    cpu = profile(NEMO, container=None, nemo_rl_dir=None, gpus_per_node=0, gres=None,
+                  nemo_cpu={"max_gen_batches": 3, "overrides": ["grpo.batch_multiplier=2", "policy.generation.temperature=0.8"]})
+    script = render("nemo", cpu, overrides=("gdpo.length_limit=10", "grpo.dynamic_sampling_max_gen_batches=6"))
+    command = exported(script, "COMMAND")
+    assert command.endswith(" --max-gen-batches 3 --wandb grpo.dynamic_sampling_max_gen_batches=6"
+                            " grpo.batch_multiplier=2 policy.generation.temperature=0.8")
+    assert "length_limit" not in command
+    import argparse
+    import shlex
+
+    from gdpo_nemo.commands.args import parse_with_overrides
+    from gdpo_nemo.commands.nemo_smoke import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    words = shlex.split(command.split(" -m gdpo_nemo.commands.nemo_smoke ", 1)[1])
+    args = parse_with_overrides(parser, words)
+    assert args.max_gen_batches == 3 and args.continue_run and args.wandb
+    assert args.overrides == ["grpo.dynamic_sampling_max_gen_batches=6", "grpo.batch_multiplier=2",
+                              "policy.generation.temperature=0.8"]
 
 
 def test_wandb_name_and_group_are_the_run_id():

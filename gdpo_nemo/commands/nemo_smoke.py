@@ -31,6 +31,8 @@ _DEFAULT_ROOT = Path("runs") / "nemo-smoke"
 # given: the smallest shape whose rewards move for the embedded SmolLM2 (at 2 x 32 its
 # gsm8k rewards were all 0 and its weights did not change; math stopped in DAPO's redraws).
 MODEL_SHAPES = {"tiny": (2, 32), "smollm2": (4, 64)}
+# NeMo RL's words when DAPO has drawn every batch it may (nemo_rl/algorithms/grpo.py).
+DAPO_STOP = "Dynamic sampling has reached the maximum"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="answer length budget (default: 32 for tiny, 64 for smollm2 and a checkpoint folder)")
     parser.add_argument("--val-period", type=int, default=1, help="validate every N steps (0: never)")
+    parser.add_argument("--max-gen-batches", type=int, default=None,
+                        help="the CPU path's cap on DAPO's grpo.dynamic_sampling_max_gen_batches (default 2: each"
+                        " extra batch is a whole generation round); a grpo.dynamic_sampling_max_gen_batches=N override"
+                        " sets the value itself")
     parser.add_argument("--data", choices=("auto", "offline", "config"), default="auto",
                         help="the config's data files (config), the task's offline rows (offline), or the files when present")
     parser.add_argument("--run-dir", default=None,
@@ -133,7 +139,7 @@ def _checked_input(args) -> tuple[dict, Path]:
     from gdpo_nemo.engines.nemo.run import load_nemo_config
 
     check_model(args.model)
-    for flag in ("steps", "prompts", "generations", "max_new_tokens", "threads"):
+    for flag in ("steps", "prompts", "generations", "max_new_tokens", "threads", "max_gen_batches"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise ValueError(f"--{flag.replace('_', '-')} {value}: must be at least 1")
@@ -151,7 +157,8 @@ def _size(args) -> "smoke.SmokeSize":
 
     generations, max_new_tokens = MODEL_SHAPES.get(args.model, MODEL_SHAPES["smollm2"])
     return smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations or generations,
-                           max_new_tokens=args.max_new_tokens or max_new_tokens, val_period=args.val_period)
+                           max_new_tokens=args.max_new_tokens or max_new_tokens, val_period=args.val_period,
+                           max_gen_batches=args.max_gen_batches or smoke.MAX_GEN_BATCHES)
 
 
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -180,6 +187,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     if noise.getvalue():
         with open(log_path, "a") as log:
             log.write(noise.getvalue())
+    _refuse_a_repeat(run_dir, cpu.config)
     (run_dir / "cpu_changes.txt").write_text("".join(line + "\n" for line in cpu.changes))
     print(f"{PROG}: {args.config} -> {run_dir}", file=out)
     print(f"  model {args.model} ({model}); {size.steps} steps of {size.prompts} prompts x {size.generations} answers,"
@@ -215,7 +223,8 @@ def _train(args, cpu, run_dir: Path, size, out) -> int:
             with exit_on_sigterm():
                 result = train_on_cpu(cpu.config, threads=args.threads, out=out)
         except Exception as err:  # what the smoke run exists to catch: say where, keep the log
-            print(f"{PROG}: failed after {time.perf_counter() - started:.0f} s: {_failure(err, size)}", file=out)
+            cap = cpu.config["grpo"].get("dynamic_sampling_max_gen_batches") if cpu.config["grpo"].get("use_dynamic_sampling") else None
+            print(f"{PROG}: failed after {time.perf_counter() - started:.0f} s: {_failure(err, size, cap)}", file=out)
             if not args.verbose:
                 print(f"  NeMo RL's output, with the traceback: {log_path}", file=out)
                 import traceback
@@ -236,17 +245,44 @@ def _train(args, cpu, run_dir: Path, size, out) -> int:
     return 0
 
 
-def _failure(err: Exception, size) -> str:
-    """One line on why NeMo RL stopped, with what to change where we know it."""
-    from gdpo_nemo.engines.nemo.cpu.smoke import MAX_GEN_BATCHES
+def _refuse_a_repeat(run_dir: Path, config: dict) -> None:
+    """A job resubmitted after DAPO stopped its run, with the same config and no newer
+    checkpoint, would draw the same prompts with the same seeds and stop the same way: say
+    so (ValueError) instead of repeating it. Another failure, a changed config or a newer
+    checkpoint goes ahead."""
+    from gdpo_nemo.engines.nemo.metrics import latest_checkpoint_step
+    from gdpo_nemo.runs import lifecycle, rundir
 
+    failed = rundir.read_failed(run_dir)
+    if not failed or DAPO_STOP not in str(failed.get("error", "")):
+        return
+    checkpoint = latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"])
+    if failed.get("config_digest") != lifecycle.config_digest(config) or failed.get("checkpoint") != checkpoint:
+        return
+    cap = config["grpo"].get("dynamic_sampling_max_gen_batches")
+    resume = f"checkpoint step {checkpoint}" if checkpoint is not None else "the start"
+    raise ValueError(
+        f"{run_dir}: its last job stopped at DAPO's batch cap (grpo.dynamic_sampling_max_gen_batches={cap}: NeMo RL"
+        f" drew {cap + 1 if cap else 'its'} batches without a group whose rewards differ), and this job would resume"
+        f" from the same {resume} with the same config, so it would draw the same prompts and stop the same way."
+        " Change the run first: a larger cap (--max-gen-batches N; in a sweep the profile's nemo_cpu.max_gen_batches"
+        " or the experiment's grpo.dynamic_sampling_max_gen_batches override), more --generations or"
+        f" --max-new-tokens, or grpo.use_dynamic_sampling=false; or remove {rundir.failed_path(run_dir)} to try anyway")
+
+
+def _failure(err: Exception, size, cap: int | None = None) -> str:
+    """One line on why NeMo RL stopped, with what to change where we know it; `cap`: the
+    run's grpo.dynamic_sampling_max_gen_batches."""
     text = str(err).strip()
     message = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-    if "Dynamic sampling has reached the maximum" in text:
+    if DAPO_STOP in text:
+        drawn = f"{cap + 1} batches (the first and {cap} more: NeMo RL redraws while fewer than" \
+                f" grpo.dynamic_sampling_max_gen_batches + 1 = {cap + 1} have been drawn)" if cap else "its batches"
         message += (f" (DAPO dynamic sampling: every group of {size.generations} answers had the same rewards in"
-                    f" every batch it may draw; raise --generations (now {size.generations}) or"
+                    f" all {drawn}; raise --generations (now {size.generations}) or"
                     f" --max-new-tokens (now {size.max_new_tokens}) so that answers differ, allow more batches with"
-                    f" grpo.dynamic_sampling_max_gen_batches=N (this CPU path's default: {MAX_GEN_BATCHES}), or pass"
+                    f" --max-gen-batches N or a grpo.dynamic_sampling_max_gen_batches=N override (in a sweep: the"
+                    " profile's nemo_cpu.max_gen_batches, or the experiment's override), or pass"
                     " grpo.use_dynamic_sampling=false;"
                     " NeMo RL stops a cluster run the same way)")
     return message

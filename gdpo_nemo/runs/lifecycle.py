@@ -17,6 +17,8 @@ by itself from ``checkpointing.checkpoint_dir``, so its run dir is continued as 
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,12 +75,20 @@ def record_start(run_dir, *, numbers: dict, start_weights: dict, resumed_from: i
         numbers=numbers, start_weights=start_weights, resumed_from=resumed_from, libraries=libraries))
 
 
-def fail_run(run_dir, error: BaseException | None) -> None:
+def fail_run(run_dir, error: BaseException | None, **details) -> None:
     """The run's job ends without finishing (an error, Ctrl-C, a SIGTERM inside a step):
-    ``FAILED`` with what stopped it, so every reader calls the run crashed, not finished,
-    until a later job starts it again."""
+    ``FAILED`` with what stopped it (and `details`, e.g. the checkpoint it would resume
+    from), so every reader calls the run crashed, not finished, until a later job starts it
+    again."""
     why = "stopped" if error is None else f"{type(error).__name__}: {error}".rstrip(": ")
-    rundir.mark_failed(run_dir, why)
+    rundir.mark_failed(run_dir, why, **details)
+
+
+def config_digest(config: dict) -> str:
+    """A short digest of a run config's content (equal configs, equal digests)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def finish_run(run_dir, note: str = "") -> None:

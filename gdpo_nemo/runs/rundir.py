@@ -131,10 +131,27 @@ def failed_path(run_dir) -> Path:
     return Path(run_dir) / FAILED_FILE
 
 
-def mark_failed(run_dir, why: str) -> None:
-    """Mark the run's last job failed (an error, or stopped inside a step), `why` in one
-    line: readers call the run crashed until a later job starts it again (`clear_done`)."""
-    failed_path(run_dir).write_text(why.strip().replace("\n", " ")[:2000] + "\n")
+def mark_failed(run_dir, why: str, **details) -> None:
+    """Mark the run's last job failed (an error, or stopped inside a step): ``FAILED`` holds
+    {"error": `why` in one line, **details} as JSON; readers call the run crashed until a
+    later job starts it again (`clear_done`)."""
+    record = {"error": why.strip().replace("\n", " ")[:2000], **details}
+    failed_path(run_dir).write_text(json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_failed(run_dir) -> dict | None:
+    """What `mark_failed` wrote ({"error": ...} for a FAILED that is not JSON), None when
+    the run dir has no FAILED."""
+    path = failed_path(run_dir)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    return record if isinstance(record, dict) else {"error": text.strip()}
 
 
 def status(run_dir) -> str:

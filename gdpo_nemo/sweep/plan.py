@@ -171,6 +171,7 @@ def plan_sweep(
             workdir=workdir,
             nodes=nodes,
             gpus_per_node=int(config["cluster"]["gpus_per_node"]),
+            overrides=tuple(spec.overrides),
         )
         plans.append(
             RunPlan(

@@ -49,12 +49,15 @@ KEYS: dict[str, str] = {
     " mapping's keys: " + ", ".join(f"{k} ({v})" for k, v in {
         "model": "tiny, smollm2 or a checkpoint folder; default tiny", "steps": "default 2", "prompts": "default 2",
         "generations": "default 2", "max_new_tokens": "default 32", "val_period": "default 1",
+        "max_gen_batches": "the cap on DAPO's grpo.dynamic_sampling_max_gen_batches; default 2",
+        "overrides": "KEY=VALUE list given to every job after the CPU path's changes, so they win; default none",
         "wandb": "true: keep the run config's W&B logging (offline files without a server); default true"}.items()),
 }
 # nemo_cpu's keys -> (type, default); `gdpo-nemo nemo-smoke` flags of the same names.
 NEMO_CPU_KEYS: dict[str, tuple[type, object]] = {
     "model": (str, "tiny"), "steps": (int, 2), "prompts": (int, 2), "generations": (int, 2),
-    "max_new_tokens": (int, 32), "val_period": (int, 1), "wandb": (bool, True),
+    "max_new_tokens": (int, 32), "val_period": (int, 1), "max_gen_batches": (int, 2), "overrides": (list, ()),
+    "wandb": (bool, True),
 }
 REQUIRED = ("account", "partition", "time", "gpus_per_node")
 NEMO_REQUIRED = ("container", "nemo_rl_dir")
@@ -262,6 +265,12 @@ def _nemo_cpu(raw: object, where: str) -> tuple[tuple[str, object], ...]:
     values = []
     for key, (kind, default) in NEMO_CPU_KEYS.items():
         value = raw.get(key, default)
+        if kind is list:
+            value = () if value is None else value
+            if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) and "=" in v for v in value)):
+                raise SweepError(f"{where}: nemo_cpu.{key} must be a list of KEY=VALUE overrides, got {value!r}")
+            values.append((key, tuple(value)))
+            continue
         good = isinstance(value, bool) if kind is bool else (
             isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "val_period" else 1)
             if kind is int else isinstance(value, str) and value.strip() != "")

@@ -110,20 +110,30 @@ def nemo_command(profile: ClusterProfile, config_path: Path, workdir: Path) -> s
     )
 
 
-def nemo_cpu_command(profile: ClusterProfile, config_path: Path, run_dir: Path, workdir: Path) -> str:
+# Keys the CPU path only bounds for cost: an experiment's override of one reaches the job as
+# an override of its own, which wins over the bound (the run config already holds it).
+CPU_BOUNDED_KEYS = ("grpo.dynamic_sampling_max_gen_batches",)
+
+
+def nemo_cpu_command(profile: ClusterProfile, config_path: Path, run_dir: Path, workdir: Path,
+                     overrides: tuple[str, ...] = ()) -> str:
     """COMMAND of a `nemo_cpu` profile's job: NeMo RL's grpo_train on the node's CPU through
     `gdpo-nemo nemo-smoke`'s CPU path, in `run_dir` (the sweep's), continuing the run there
-    when a requeued or resubmitted job finds one."""
+    when a requeued or resubmitted job finds one. The run's own overrides of CPU_BOUNDED_KEYS,
+    then the profile's nemo_cpu.overrides, are given to the job after the CPU path's changes."""
+    from gdpo_nemo.config.overrides import override_key
+
     q = shlex.quote
     cpu = dict(profile.nemo_cpu or ())
-    flags = [f"--{key.replace('_', '-')} {q(str(value))}" for key, value in cpu.items() if key != "wandb"]
+    flags = [f"--{key.replace('_', '-')} {q(str(value))}" for key, value in cpu.items() if key not in ("wandb", "overrides")]
     if cpu.get("wandb"):
         flags.append("--wandb")
+    passed = [o for o in overrides if override_key(o) in CPU_BOUNDED_KEYS] + list(cpu.get("overrides") or ())
     return (
         f"cd {q(str(workdir))} && "
         f"PYTHONPATH={q(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}} "
         f"{q(profile.python or sys.executable)} -m {NEMO_CPU_ENTRY_POINT} {q(str(config_path))} --run-dir {q(str(run_dir))}"
-        f" --continue {' '.join(flags)}"
+        f" --continue {' '.join(flags)}" + "".join(f" {q(o)}" for o in passed)
     )
 
 
@@ -139,8 +149,10 @@ def render_script(
     workdir: Path,
     nodes: int,
     gpus_per_node: int,
+    overrides: tuple[str, ...] = (),
 ) -> str:
-    """The sbatch script of one run (text), for `engine` "nemo" or "local"; `workdir` is the job's cwd."""
+    """The sbatch script of one run (text), for `engine` "nemo" or "local"; `workdir` is the
+    job's cwd; `overrides`: the run's own (the experiment's), for the CPU path's bounds."""
     q = shlex.quote
     values = {
         "run_name": run_id.name,
@@ -155,7 +167,7 @@ def render_script(
     }
     if engine == "nemo" and profile.nemo_cpu is not None:
         values.update(container="''", mounts="''", gpus_per_node="0", ray_log_dir=q(str(run_dir / "ray_logs")),
-                      command=q(nemo_cpu_command(profile, config_path, run_dir, workdir)), ray_sub="''", run_grpo="''")
+                      command=q(nemo_cpu_command(profile, config_path, run_dir, workdir, overrides)), ray_sub="''", run_grpo="''")
     elif engine == "nemo":
         values.update(
             container=q(str(profile.container)),

@@ -34,13 +34,15 @@ MAX_SEQUENCE = 3072
 class SmokeSize:
     """How much to run: `steps` training steps of `prompts` x `generations` samples,
     answers of at most `max_new_tokens` tokens; validation every `val_period` steps
-    (0: never) on `prompts` prompts."""
+    (0: never) on `prompts` prompts; DAPO's grpo.dynamic_sampling_max_gen_batches capped at
+    `max_gen_batches` (overrides given to the CPU path win over the cap)."""
 
     steps: int = 2
     prompts: int = 2
     generations: int = 2
     max_new_tokens: int = 32
     val_period: int = 1
+    max_gen_batches: int = MAX_GEN_BATCHES
 
 
 @dataclass
@@ -89,7 +91,7 @@ def cpu_config(config: Mapping, *, model_dir: str, run_dir: Path, size: SmokeSiz
         raise ConfigError(f"--data {data!r}: expected auto, offline or config")
     if get_path(config, "gdpo.engine") != "nemo":
         raise ConfigError(f"gdpo.engine: {get_path(config, 'gdpo.engine')!r}; the CPU path runs gdpo.engine 'nemo' configs")
-    for name in ("steps", "prompts", "generations", "max_new_tokens"):
+    for name in ("steps", "prompts", "generations", "max_new_tokens", "max_gen_batches"):
         if int(getattr(size, name)) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(size, name)}: must be at least 1")
     out = CpuConfig(config=copy.deepcopy(dict(config)))
@@ -171,7 +173,7 @@ def _batch(c: dict, changes: list, notes: list, size: SmokeSize, tiny_model: boo
         notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny's rewards do not vary, so DAPO would only"
                          " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2)")
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
-    _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, MAX_GEN_BATCHES), changes)
+    _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, int(size.max_gen_batches)), changes)
 
 
 

@@ -76,6 +76,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from gdpo_nemo.runs.tracking import fail_external_wandb
 
     started = time.perf_counter()
+    digest = lifecycle.config_digest(config)  # before anything below touches it: what a resubmission compares
     config = dict(config)
     imports = started - entered
     run_dir = prepare_run_dir(config)
@@ -143,7 +144,8 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         writer.close(complete=completed)  # a step cut short is not a step
         if not completed:
             fail_external_wandb()
-            lifecycle.fail_run(run_dir, sys.exc_info()[1])
+            lifecycle.fail_run(run_dir, sys.exc_info()[1], config_digest=digest,
+                               checkpoint=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]))
         _shut_down(policy, virtual_cluster, (task_to_env, val_task_to_env), own_ray)
         result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()
