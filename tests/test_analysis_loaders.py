@@ -304,3 +304,36 @@ def test_a_run_is_finished_only_when_the_job_reaching_its_last_step_finished(tmp
     failed_last = assemble([job("finished", (1, 2)), job("crashed", (3, 4))])
     assert list(failed_last.runs["status"]) == ["crashed"]
     assert incomplete_runs(failed_last) == {run_id.name: "crashed at step 4 of 4"}
+
+
+def test_a_run_dir_of_two_wandb_jobs_and_no_metrics_reads_as_the_later_job_continuing_the_earlier(tmp_path):
+    """A requeue as W&B files alone, read by the report's own loader: job 1 logged steps 1-4
+    and was cancelled in step 5 (its W&B run ended failed; its checkpoint: step 3); job 2
+    resumed from step 3, replayed steps 1-3 (wrapper in engines/nemo/plugin.py) and failed
+    before logging step 4. The run's steps are job 2's (1-3: job 1's step 4 was superseded),
+    and its state is job 2's at its last step: crashed at step 3, not at job 1's step 4."""
+    import time
+
+    import wandb
+
+    from gdpo_nemo.analysis.tables import incomplete_runs
+    from gdpo_nemo.runs import rundir
+
+    folder = tmp_path / "runs" / RID.name
+    folder.mkdir(parents=True)
+    rundir.write_config(folder, run_config(RID, max_steps=6))
+    for job, steps in enumerate(((1, 2, 3, 4), (1, 2, 3))):
+        if job:
+            time.sleep(1.1)  # the offline-run folders are named by the second the job started
+        run = wandb.init(project="p", name=RID.name, dir=str(folder), mode="offline", config=run_config(RID, max_steps=6))
+        for step in steps:
+            run.log({"train/reward": step + 10 * job}, step=step)
+        run.finish(exit_code=1)
+        wandb.teardown()
+    jobs = find_offline_runs(folder / "wandb")
+    assert [max(read_offline_run(p).rows) for p in jobs] == [4, 3]
+    dataset = load_source(str(tmp_path / "runs"), cache_dir=None)
+    [run] = dataset.runs.to_dict("records")
+    assert (run["status"], run["last_step"]) == ("crashed", 3)
+    assert values(dataset, RID.name, "train/reward") == {1: 11.0, 2: 12.0, 3: 13.0}
+    assert incomplete_runs(dataset) == {RID.name: "crashed at step 3 of 6"}

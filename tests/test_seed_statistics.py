@@ -317,3 +317,21 @@ def test_the_report_of_a_run_that_logged_nothing_is_a_report_not_a_traceback(tmp
                           capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "No `train/reward*` or `validation/reward*` metrics" in (tmp_path / "report" / "tables" / "training_summary.md").read_text()
+
+
+def test_the_report_cuts_validation_rewards_and_exceed_rates_to_their_ranges_too(tmp_path):
+    """The held-out columns (validation/reward/<name>, validation/exceed_rate) are summary
+    metrics with declared ranges like train/'s: an interval past 0 or 1 is cut and marked."""
+    _study(tmp_path, {})
+    ceiling = [0.99, 1.0, 1.0, 0.98, 1.0]
+    floor = [0.01, 0.0, 0.0, 0.02, 0.0]
+    for seed, (high, low) in enumerate(zip(ceiling, floor)):
+        write_run_dir(tmp_path, RunId("study", "gsm8k", "smollm2-135m", "gdpo", seed),
+                      [{"step": s, "train/reward/format": 0.5, "validation/reward/format": high,
+                        "validation/exceed_rate": low} for s in range(1, 21)])
+    summary = training_summary(load_source(tmp_path, cache_dir=None))
+    top = _row(summary, "gdpo", "validation/reward/format")
+    assert stats.t_interval(ceiling)[1] > 1 and (top["high"], bool(top["clipped"])) == (1.0, True)
+    bottom = _row(summary, "gdpo", "validation/exceed_rate")
+    assert stats.t_interval(floor)[0] < 0 and (bottom["low"], bool(bottom["clipped"])) == (0.0, True)
+    assert bottom["high"] == pytest.approx(stats.t_interval(floor)[1])

@@ -80,9 +80,10 @@ def _terminate(signum, frame):
 def exit_on_sigterm():
     """Within the block, SIGTERM (Slurm's scancel, a requeue, a preemption: SIGKILL follows
     after KillWait) raises SystemExit(143) in the main thread instead of ending the process
-    on the spot, so the `finally` blocks run: the metrics writer writes the step record it
-    holds (a step is written when the next one starts), and the next job, resuming from the
-    checkpoint of that step, finds it in metrics.jsonl. Ray's driver installs its own SIGTERM
+    on the spot, so the `finally` blocks run: the metrics writer leaves out the step it was
+    in (a step cut short is not a step; every finished step is already in metrics.jsonl, before
+    its checkpoint is released), the W&B run ends failed and the run dir is marked FAILED, so
+    the next job resumes from the last finished step's checkpoint. Ray's driver installs its own SIGTERM
     handler when it connects (it prints a trace and dies): `reclaim_sigterm` is called after
     that. Outside the main thread, a no-op."""
     if threading.current_thread() is not threading.main_thread():
