@@ -10,7 +10,8 @@
 # interrupted study (Ctrl-C, a lost session, a reboot) is finished by the same command.
 # --smoke: the same pipeline on builtin:tiny on the CPU at toy sizes (about a minute).
 # key=value overrides go to every run (e.g. grpo.max_num_steps=100). PYTHON picks the
-# interpreter (default: python3 on PATH, e.g. the activated .venv).
+# interpreter (default: this checkout's .venv/bin/python, made by scripts/setup.sh; else
+# python3 on PATH, e.g. an activated environment with gdpo_nemo installed).
 set -uo pipefail
 
 if [ $# -eq 0 ] || [[ $1 == -* ]]; then
@@ -27,7 +28,18 @@ while (($#)); do
         *) args+=("$1"); shift ;;
     esac
 done
-python=${PYTHON:-python3}
+checkout=$(cd "$(dirname "$0")/.." && pwd)
+if [ -n "${PYTHON:-}" ]; then
+    python=$PYTHON
+elif [ -x "$checkout/.venv/bin/python" ]; then
+    python=$checkout/.venv/bin/python
+else
+    python=python3
+fi
+if ! "$python" -c "import gdpo_nemo" 2>/dev/null; then
+    echo "study.sh: $python cannot import gdpo_nemo: run scripts/setup.sh (it makes .venv), or set PYTHON to an interpreter that has it" >&2
+    exit 2
+fi
 
 start=$(date +%s)
 "$python" -m gdpo_nemo.commands.local_parallel "$experiment" --out "$out" "${args[@]}"

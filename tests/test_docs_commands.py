@@ -107,3 +107,41 @@ def test_a_cheap_docs_command_runs_as_written(where, command, repo_root_copy):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{where}: {command}\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr
+
+
+def script_smoke_commands() -> list[tuple[str, str]]:
+    """(where, command) of every `bash scripts/<study>.sh --smoke ...` line in the docs: the
+    study scripts' cheap form (builtin:tiny on the CPU, about a minute)."""
+    found = []
+    for path in DOCS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            command = line.split("#", 1)[0].strip()
+            if re.match(r"^(PYTHON=\S+ )?bash scripts/\w+\.sh\b", command) and "--smoke" in command.split():
+                found.append((f"{path.relative_to(REPO)}:{number}", command))
+    return found
+
+
+SCRIPT_SMOKES = script_smoke_commands()
+
+
+@pytest.mark.parametrize(("where", "command"), SCRIPT_SMOKES, ids=[where for where, _ in SCRIPT_SMOKES])
+def test_a_study_scripts_smoke_command_runs_as_written_from_a_plain_shell(where, command, tmp_path):
+    """Word for word from a checkout after scripts/setup.sh, in a shell that has not activated
+    .venv and sets no PYTHON (docs/gpu.md says none): the script finds the checkout's .venv."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name not in (".git", "runs"):
+            (root / entry.name).symlink_to(entry)
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in user_environment().items() if k not in ("PYTHON", "VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
+    env.pop("GDPO_NEMO_CACHE", None)  # the study's own cache, under its output folder
+    done = subprocess.run(shlex.split(command), cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{where}: {command}\n{(done.stdout + done.stderr)[-3000:]}"
+    assert "Traceback" not in done.stderr
+    assert any((root / "runs").rglob("report/README.md")), f"{where}: no report under {root / 'runs'}"
+
+
+def test_the_docs_show_at_least_one_study_scripts_smoke_command():
+    assert SCRIPT_SMOKES, "no `bash scripts/...sh --smoke` line in the docs: the test above runs nothing"
