@@ -83,3 +83,25 @@ def test_a_missing_source_folder_is_one_line_naming_it(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "no_such_runs: no such folder" in done.stderr
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_source_the_report_refuses_is_refused_alike_in_one_plain_line(tmp_path):
+    """A W&B source without a key: `report` says so in one line, exit 2; `notebooks` fails
+    inside its first cell on the same ValueError and must say the same, without the kernel's
+    terminal colour codes, and exit 2 as well."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)
+    said = {}
+    for command in ("report", "notebooks"):
+        done = subprocess.run([str(GDPO_NEMO), command, "--source", "wandb:someone/project", "--out", str(tmp_path / command)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2, (command, done.stderr[-2000:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, (command, lines)
+        [line] = lines
+        assert "\x1b[" not in line
+        said[command] = line.split(": error: ", 1)
+    assert said["report"][0] == "gdpo-nemo report" and said["notebooks"][0] == "gdpo-nemo notebooks"
+    assert said["notebooks"][1] == said["report"][1]

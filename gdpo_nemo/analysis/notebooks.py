@@ -11,6 +11,7 @@ no Jupyter front end is needed).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -31,8 +32,19 @@ def execute_notebook(path: Path, env: Mapping[str, str], *, workdir: Path, timeo
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(workdir)}}).execute()
+        # IPC sockets, not TCP on localhost: nothing another user of the machine can connect to
+        # (ipykernel warns about unencrypted TCP on every start, on stderr).
+        from jupyter_client.manager import KernelManager
+
+        with tempfile.TemporaryDirectory(prefix="gdpo-nemo-kernel-") as sockets:
+            manager = KernelManager(kernel_name="python3", transport="ipc",
+                                    connection_file=str(Path(sockets) / "kernel.json"))
+            try:
+                NotebookClient(notebook, timeout=timeout, kernel_name="python3", km=manager,
+                               resources={"metadata": {"path": str(workdir)}}).execute()
+            finally:  # a client given its kernel manager leaves the kernel to it
+                if manager.has_kernel:
+                    manager.shutdown_kernel(now=True)
     finally:
         for key, value in saved.items():
             if value is None:

@@ -8,8 +8,11 @@ The work is gdpo_nemo.analysis.notebooks; this module reads the flags.
 from __future__ import annotations
 
 import argparse
+import re
 
-from gdpo_nemo.commands.args import FAILED
+from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
+
+PROG = "gdpo-nemo notebooks"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="execute only this notebook (repeatable; default both)")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Execute the notebooks; 1 when a cell fails (its error is printed), 2 on bad input."""
+    """Execute the notebooks; 0 done. A cell's ValueError is bad input, as `gdpo-nemo report`
+    says of the same source (one line on stderr, exit 2); any other failing cell exits 1 with
+    its error's last line. No terminal colour codes either way."""
     from gdpo_nemo.analysis.notebooks import NOTEBOOKS, run_notebooks
 
     try:
@@ -34,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         run_notebooks(args.source, args.out, experiment=args.experiment, figures=args.figures,
                       names=tuple(args.only or NOTEBOOKS))
     except CellExecutionError as err:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        print(f"gdpo-nemo notebooks: a cell failed: {lines[-1] if lines else err}")
-        return FAILED
+        name, value = getattr(err, "ename", None), _ANSI.sub("", str(getattr(err, "evalue", "") or "")).strip()
+        if name == "ValueError" and value:
+            return report_error(PROG, value.splitlines()[0], BAD_INPUT)
+        lines = [line for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
+        return report_error(PROG, f"a cell failed: {lines[-1] if lines else name}", FAILED)
     return 0
