@@ -317,6 +317,8 @@ def test_the_report_of_a_run_that_logged_nothing_is_a_report_not_a_traceback(tmp
                           capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "No `train/reward*` or `validation/reward*` metrics" in (tmp_path / "report" / "tables" / "training_summary.md").read_text()
+    index = (tmp_path / "report" / "README.md").read_text()
+    assert "| `study__gsm8k__smollm2-135m__gdpo__seed0` | unfinished | none yet |" in index and "| -1 |" not in index
 
 
 def test_the_report_cuts_validation_rewards_and_exceed_rates_to_their_ranges_too(tmp_path):

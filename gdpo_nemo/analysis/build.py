@@ -130,7 +130,8 @@ def _index(dataset: Dataset, results, summary_md: str, figure_paths: list[Path],
         lines += ["## Runs", "", "| run | status | last step | planned |", "|---|---|---|---|"]
         for r in runs.to_dict("records"):
             planned = "" if pd.isna(r["max_steps"]) else str(int(r["max_steps"]))
-            lines.append(f"| `{r['run_id']}` | {r['status']} | {r['last_step']} | {planned} |")
+            last = "none yet" if pd.isna(r["last_step"]) or int(r["last_step"]) < 0 else str(int(r["last_step"]))
+            lines.append(f"| `{r['run_id']}` | {r['status']} | {last} | {planned} |")
         lines.append("")
     lines += [REWARD_FAMILY_NOTE, ""]
     lines += ["## Figures", ""]

@@ -371,6 +371,14 @@ def test_a_job_failing_inside_its_last_step_in_a_users_shell_is_no_finished_seed
     assert "metrics.jsonl: step 2 did not finish" in (run_dir / "nemo_rl.log").read_text()  # NeMo RL's own output
     assert not rundir.done_path(run_dir).exists()
     assert rundir.read_failed(run_dir)["error"] == "SystemExit: 143"
+    # provenance names what ran: NeMo RL's version, the CPU path's generation (not the config's vLLM)
+    import nemo_rl
+    from gdpo_nemo.engines.nemo.cpu.train import CPU_GENERATION
+    from gdpo_nemo.runs import provenance
+
+    [record] = provenance.read(run_dir)
+    assert record["libraries"]["nemo_rl"] == nemo_rl.__version__
+    assert record["numerics"]["generation_backend"] == CPU_GENERATION
     # the W&B run: offline files in the run dir, ended as failed
     [wandb_run] = find_offline_runs(run_dir)
     log = read_offline_run(wandb_run)

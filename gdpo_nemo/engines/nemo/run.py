@@ -105,12 +105,32 @@ def reclaim_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
-def prepare_run_dir(config: dict) -> Path:
+def nemo_rl_libraries() -> dict:
+    """`provenance.library_versions` of NeMo RL's stack; NeMo RL itself by its own
+    ``__version__`` and source commit when it runs from a source tree (not installed as a
+    distribution: a container's /opt/nemo-rl, a checkout on PYTHONPATH)."""
+    libraries = provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES))
+    try:
+        import nemo_rl
+    except ImportError:
+        return libraries
+    if libraries.get("nemo_rl") is None:
+        libraries["nemo_rl"] = str(getattr(nemo_rl, "__version__", None) or "source")
+    source = Path(nemo_rl.__file__).resolve().parents[1]
+    commit = provenance.code_version(source).get("commit")
+    if commit:
+        libraries["nemo_rl_commit"] = commit
+    return libraries
+
+
+def prepare_run_dir(config: dict, *, generation_backend: str | None = None) -> Path:
     """Start or continue the run dir (logger.log_dir) by the one lifecycle (runs/lifecycle.py):
     config.yaml, no stale DONE, and this invocation's provenance: code, libraries, the
-    precision the config asks for; the weights are NeMo RL's to load (on its workers), so
-    their digest is not taken, only their name. NeMo RL resumes on its own from
-    ``checkpointing.checkpoint_dir``, so nothing already in the run dir is refused."""
+    precision the config asks for, and the generation backend (the config's, unless
+    `generation_backend` names what really generates: the CPU path's policy); the weights are
+    NeMo RL's to load (on its workers), so their digest is not taken, only their name. NeMo RL
+    resumes on its own from ``checkpointing.checkpoint_dir``, so nothing already in the run
+    dir is refused."""
     from gdpo_nemo.engines.nemo.metrics import latest_checkpoint_step
 
     run_dir = Path(config["logger"]["log_dir"])
@@ -119,10 +139,10 @@ def prepare_run_dir(config: dict) -> Path:
     lifecycle.record_start(
         run_dir,
         numbers={"engine": "nemo", "precision": policy.get("precision"),
-                 "generation_backend": (policy.get("generation") or {}).get("backend")},
+                 "generation_backend": generation_backend or (policy.get("generation") or {}).get("backend")},
         start_weights={"source": policy["model_name"], "digest": None},
         resumed_from=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]),
-        libraries=provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES)))
+        libraries=nemo_rl_libraries())
     return run_dir
 
 

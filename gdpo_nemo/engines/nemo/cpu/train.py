@@ -25,6 +25,9 @@ from typing import Mapping, TextIO
 
 from gdpo_nemo.runs import lifecycle, rundir
 
+# What generates on the CPU path, whatever policy.generation.backend says (vLLM needs a GPU).
+CPU_GENERATION = "policy.generate (NeMo RL's DTensor policy on the CPU: gdpo_nemo.engines.nemo.cpu.generation)"
+
 __all__ = ["CpuRun", "train_on_cpu"]
 
 
@@ -79,7 +82,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     digest = lifecycle.config_digest(config)  # before anything below touches it: what a resubmission compares
     config = dict(config)
     imports = started - entered
-    run_dir = prepare_run_dir(config)
+    run_dir = prepare_run_dir(config, generation_backend=CPU_GENERATION)
     resume_step = latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"])
     result = CpuRun(run_dir=run_dir)
     writer = StepMetricsWriter(run_dir, resume_step=resume_step)
