@@ -163,10 +163,11 @@ def test_a_cpu_profile_naming_a_model_folder_that_is_not_there_is_refused_before
     raw["nemo_cpu"]["model"] = str(tmp_path / "no_model")
     path = tmp_path / "cpu.yaml"
     path.write_text(yaml.safe_dump(raw))
-    rc, out, err = sweep(capsys, "math", "--cluster", str(path), "--submit", "--sweep-dir", tmp_path / "s")
-    assert rc == 2 and err.strip().count("\n") == 0
-    assert f"nemo_cpu.model {str(tmp_path / 'no_model')!r} is not tiny, smollm2 or a model folder" in err
-    assert not (tmp_path / "s" / "manifest.json").exists()
+    for mode in ("--submit", "--dry-run"):  # the dry run checks what the submission would
+        rc, out, err = sweep(capsys, "math", "--cluster", str(path), mode, "--sweep-dir", tmp_path / "s")
+        assert rc == 2 and err.strip().count("\n") == 0, (mode, err)
+        assert f"nemo_cpu.model {str(tmp_path / 'no_model')!r} is not tiny, smollm2 or a model folder" in err
+        assert not (tmp_path / "s" / "manifest.json").exists() and not (tmp_path / "s" / "jobs").exists()
 
 
 def test_nemo_submit_needs_ray_sub_in_the_profiles_checkout(tmp_path, capsys):

@@ -70,7 +70,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
     profile = _profile(cluster, "submit" if submit else "dry-run")
     plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
-    if submit and "nemo" in engines and profile.nemo_cpu is not None:
+    if "nemo" in engines and profile.nemo_cpu is not None:  # --dry-run checks it as --submit does
         model = dict(profile.nemo_cpu)["model"]
         if model not in ("tiny", "smollm2") and not Path(str(model)).is_dir():
             raise SweepError(f"profile {profile.name!r} ({profile.path}): nemo_cpu.model {model!r} is not tiny, smollm2"
