@@ -145,3 +145,17 @@ def test_a_study_scripts_smoke_command_runs_as_written_from_a_plain_shell(where,
 
 def test_the_docs_show_at_least_one_study_scripts_smoke_command():
     assert SCRIPT_SMOKES, "no `bash scripts/...sh --smoke` line in the docs: the test above runs nothing"
+
+
+def test_the_experiment_file_example_in_the_slurm_docs_loads_as_documented(tmp_path, monkeypatch):
+    from gdpo_nemo import config as cc
+
+    text = (REPO / "docs" / "slurm.md").read_text().split("## Experiment files", 1)[1]
+    example = FENCE.search(text).group(2)
+    (tmp_path / "documented.yaml").write_text(example)
+    monkeypatch.setenv("GDPO_NEMO_EXPERIMENTS", str(tmp_path))
+    specs = cc.load_experiment("documented")
+    names = [spec.run_id.name for spec in specs]
+    assert len(names) == 3 * 2 + 1 and "documented__toolcall__qwen2.5-1.5b-instruct__gdpo_nobn__seed0" in names
+    [variant] = [spec for spec in specs if spec.run_id.algo == "gdpo_nobn"]
+    assert variant.compose()["gdpo"]["estimator"] == "gdpo_no_bn" and variant.compose()["grpo"]["max_num_steps"] == 200
