@@ -213,3 +213,56 @@ def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_s
                 assert ys.min() >= 0.6 - 1e-9 and ys.max() <= 1.0 + 1e-9  # the logged range
         else:
             assert bands == [] and "one run per method" in fig._suptitle.get_text()
+
+
+def test_figures_read_on_their_own_at_any_size_of_data(tmp_path, monkeypatch):
+    """Issue 45: y labels like -0.04 were cut by a fixed margin, a legend of four methods was
+    cut at both sides, a run with one logged step drew nothing, n counted runs without data,
+    and a step that one run reached pinched the band to a point."""
+    import pandas as pd
+
+    from gdpo_nemo.analysis import figures
+    from gdpo_nemo.analysis.frame import Dataset
+
+    drawn = []
+    real = figures._pyplot()
+
+    class Recorder:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def close(self, fig):
+            drawn.append(fig)
+
+    monkeypatch.setattr(figures, "_pyplot", lambda: Recorder())
+    rows, runs = [], []
+    algos = ("grpo", "gdpo", "grpo_no_std_with_a_long_variant_name", "gdpo_no_bn_with_a_long_variant_name")
+    for algo in algos:
+        for seed in range(3):
+            run = f"{algo}{seed}"
+            runs.append({"run_id": run, "algo": algo, "experiment": "e", "task": "gsm8k", "model": "m"})
+            if seed == 2:
+                continue  # a run with no step yet: not one of the n
+            last = 3 if seed == 0 else 1  # seed 1 reached step 1 only
+            for step in range(1, last + 1):
+                rows.append({"run_id": run, "algo": algo, "metric": "train/adv/gap/correctness", "step": step,
+                             "value": -0.04 * step + 0.01 * seed})
+    dataset = Dataset(pd.DataFrame(rows), pd.DataFrame(runs), pd.DataFrame())
+    figures.plot_panels(dataset, ["train/adv/gap/correctness"], tmp_path / "f", title="t", smooth=1)
+    [fig] = drawn
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    ax = fig.axes[0]
+    box = ax.get_tightbbox(renderer)  # the axes with its tick labels, axis labels and title
+    assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1 and box.y0 >= page.y0 - 1 and box.y1 <= page.y1 + 1
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert legend.x0 >= page.x0 - 1 and legend.x1 <= page.x1 + 1 and not legend.overlaps(box)
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert all(label.endswith("(n=2)") for label in labels) and len(labels) == 4
+    for line in ax.get_lines():
+        assert line.get_marker() == "o" and len(line.get_xdata()) == 3
+    for band in ax.collections:  # steps 2-3 have one run each: the band covers step 1 only
+        xs = [x for path in band.get_paths() for x, _ in path.vertices]
+        assert max(xs) <= 1.0 + 1e-9
+    real.close(fig)

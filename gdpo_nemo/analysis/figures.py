@@ -91,23 +91,36 @@ def default_smoothing(steps: int) -> int:
     return max(1, int(round(steps / 25)))
 
 
+def _runs_with_data(dataset: Dataset, metrics: list[str]) -> dict[str, int]:
+    """{algo: runs that logged a finite value of any of `metrics`}: the n of the legend."""
+    rows = dataset.metrics[dataset.metrics["metric"].isin(metrics) & np.isfinite(dataset.metrics["value"])]
+    return rows.groupby(rows["algo"].astype(str))["run_id"].nunique().to_dict() if not rows.empty else {}
+
+
+def _legend_columns(labels: list[str], width_in: float) -> int:
+    """How many legend entries fit side by side in `width_in` inches at 8 pt (about 0.075 in
+    a character, plus the line sample and the gaps)."""
+    widest = max((len(label) for label in labels), default=1)
+    return max(1, min(len(labels), int(width_in // (0.075 * widest + 0.55))))
+
+
 def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: str, smooth: int | None = None,
                 ylabels: dict | None = None, units: dict | None = None) -> list[Path]:
     """One panel per metric, one mean line and +-1 std band per algo (clipped to the range the
-    runs logged, so a rate's band stays in [0, 1]; no band with one run per algo); each panel's
-    y axis says what it counts (`units`, default "mean over runs"); returns [png, pdf]."""
+    runs logged, so a rate's band stays in [0, 1]; drawn only at steps with two or more runs,
+    so a step one run reached is a point of the line, not a band pinched to it); markers on
+    the lines of runs with few logged steps; each panel's y axis says what it counts (`units`,
+    default "mean over runs"); the legend's n counts the runs with data in these panels, and
+    wraps to the figure's width; margins come from the labels drawn. Returns [png, pdf]."""
     plt = _pyplot()
     panels = [m for m in metrics]
     columns = 2 if len(panels) == 4 else min(3, len(panels))
     nrows = math.ceil(len(panels) / columns)
     with plt.rc_context(RC):
-        # Fixed margins instead of constrained_layout: the layout solver cost more than the drawing.
         height, width = 2.1 * nrows + 1.0, max(4.8, 2.4 * columns + 0.4)
         fig, axes = plt.subplots(nrows, columns, figsize=(width, height), squeeze=False)
-        fig.subplots_adjust(left=0.5 / width, right=1 - 0.15 / width, wspace=0.3, hspace=0.65,
-                            top=1 - 0.7 / height, bottom=0.75 / height)
         algos = _algo_order(set(dataset.runs["algo"]))
-        seeds = dataset.runs.groupby("algo")["run_id"].nunique().to_dict()
+        seeds = _runs_with_data(dataset, panels)
         spread = max(seeds.values(), default=0) > 1
         wanted = dataset.metrics[dataset.metrics["metric"].isin(panels)]  # one pass over the big frame
         for ax, metric in zip(axes.flat, panels):
@@ -125,10 +138,13 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
                 std = curve["std"].rolling(window, min_periods=1).mean().to_numpy()
                 style = algo_style(algo, index)
                 color, line = style.color, style.linestyle
-                ax.plot(curve["step"], mean, color=color, linestyle=line, label=f"{algo_label(algo)} (n={seeds.get(algo, 0)})")
-                if seeds.get(algo, 0) > 1:
+                marker = "o" if len(curve) <= 12 else None  # a short run is a few points: show them
+                ax.plot(curve["step"], mean, color=color, linestyle=line, marker=marker, markersize=3,
+                        label=f"{algo_label(algo)} (n={seeds.get(algo, 0)})")
+                several = curve["n"].to_numpy() >= 2
+                if seeds.get(algo, 0) > 1 and several.any():
                     ax.fill_between(curve["step"], np.clip(mean - std, low, high), np.clip(mean + std, low, high),
-                                    color=color, alpha=0.18, linewidth=0)
+                                    where=several, interpolate=False, color=color, alpha=0.18, linewidth=0)
             name = (ylabels or {}).get(metric, metric)
             ax.set_title(name + (f" (rolling {window})" if window > 1 else ""))
             ax.set_ylabel((units or {}).get(metric, "mean over runs"))
@@ -143,11 +159,18 @@ def plot_panels(dataset: Dataset, metrics: list[str], out_stem: Path, *, title: 
             h, l = ax.get_legend_handles_labels()
             if len(h) > len(handles):
                 handles, labels = h, l
+        legend_rows = 0
         if handles:
-            fig.legend(handles, labels, loc="lower center", ncols=min(4, len(handles)), frameon=False)
+            ncols = _legend_columns(labels, width - 0.2)
+            legend_rows = math.ceil(len(handles) / ncols)
+            fig.legend(handles, labels, loc="lower center", ncols=ncols, frameon=False)
         spread_note = ("mean ± 1 std over seeds (bands clipped to the logged range)" if spread
                        else "one run per method: no spread shown")
         fig.suptitle(title + "\n" + spread_note, fontsize=9)
+        # Margins from what was drawn (tick labels like -0.04, the two-line title), with room
+        # at the bottom for the legend's rows.
+        bottom = (0.12 + 0.2 * legend_rows) / height
+        fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0), h_pad=1.2, w_pad=1.0)  # tight_layout makes room for the suptitle
         paths = []
         out_stem.parent.mkdir(parents=True, exist_ok=True)
         for suffix in (".png", ".pdf"):
