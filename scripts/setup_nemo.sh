@@ -28,6 +28,25 @@ if [ "$(cat .nemo-rl/.archive-sha256 2>/dev/null)" != "$archive_sum" ]; then
   echo "$archive_sum" > .nemo-rl/.archive-sha256
 fi
 
+# NeMo RL's v0.7.0 release (what its release containers hold), for tests/nemo_release: its
+# source only, beside the pin's; it runs in .venv-nemo (the same dependency pins fit it) with
+# its folder first on PYTHONPATH.
+RELEASE_ARCHIVE=${NEMO_RL_RELEASE_ARCHIVE:-../shared/vendor/nemo-rl-v0.7.0.tar.gz}
+if [ -f "$RELEASE_ARCHIVE" ]; then
+  release_sum=$(sha256sum "$RELEASE_ARCHIVE" | cut -d' ' -f1)
+  if [ "$(cat .nemo-rl-release/.archive-sha256 2>/dev/null)" != "$release_sum" ]; then
+    echo "setup_nemo: unpacking $RELEASE_ARCHIVE into .nemo-rl-release/"
+    rm -rf .nemo-rl-release && mkdir -p .nemo-rl-release
+    tar -xzf "$RELEASE_ARCHIVE" -C .nemo-rl-release
+    found=$(ls -d .nemo-rl-release/*/nemo_rl 2>/dev/null | head -1)
+    [ -n "$found" ] || { echo "setup_nemo: $RELEASE_ARCHIVE holds no <folder>/nemo_rl/" >&2; exit 1; }
+    ln -sfn "$(basename "$(dirname "$found")")" .nemo-rl-release/source
+    echo "$release_sum" > .nemo-rl-release/.archive-sha256
+  fi
+else
+  echo "setup_nemo: NeMo RL release archive $RELEASE_ARCHIVE not found (set NEMO_RL_RELEASE_ARCHIVE); tests/nemo_release will be skipped" >&2
+fi
+
 make_venv setup_nemo "$PYTHON" .venv-nemo
 lock=requirements/nemo-py3.11.txt
 nodeps=requirements/nemo-nodeps-py3.11.txt

@@ -268,3 +268,42 @@ def test_dry_run_prints_the_runs_first_and_warns_on_placeholders_which_submit_re
     filled = profile_file(tmp_path, account="proj42", container="/images/nemo.sqsh", nemo_rl_dir="/opt/nemo-rl")
     rc, _, err = sweep(capsys, "smoke", "--cluster", filled, "--dry-run", "--sweep-dir", tmp_path / "c")
     assert rc == 0 and "placeholder" not in err
+
+
+def test_a_moved_sweep_dir_reads_its_runs_where_they_are_and_its_kept_configs_follow(tmp_path, capsys):
+    """A sweep dir moved after its runs started (a scratch purge, a copy to another disk): a
+    finished run must not read INCOMPLETE, and a resubmitted run must continue in the dir as it
+    is now, not write beside it under the old path through its kept config."""
+    import shutil
+
+    from gdpo_nemo.runs import rundir
+    from gdpo_nemo.sweep.manifest import RunRecord
+
+    before = tmp_path / "scratch" / "sweep"
+    rc, _, err = sweep(capsys, "math", "--cluster", "local_nemo_cpu", "--dry-run", "--sweep-dir", before)
+    assert rc == 0, err
+    manifest = Manifest(before / "manifest.json", "math", "local_nemo_cpu", "nemo")
+    names = sorted(p.stem for p in (before / "configs").glob("*.yaml"))
+    for name in names:  # as --submit records them
+        manifest.runs[name] = RunRecord(str(before / "runs" / name), str(before / "configs" / f"{name}.yaml"),
+                                        str(before / "jobs" / f"{name}.sbatch"), state="RUNNING",
+                                        jobs=[{"job_id": "7", "submitted": "t", "resume_from": None}])
+    manifest.save()
+    finished = before / "runs" / names[0]
+    finished.mkdir(parents=True)
+    rundir.mark_done(finished, "2\n")
+    assert str(before) in (before / "configs" / f"{names[1]}.yaml").read_text()
+
+    after = tmp_path / "project" / "sweep"
+    after.parent.mkdir()
+    shutil.move(str(before), str(after))
+    moved = Manifest.load(after / "manifest.json")
+    assert moved.moved_from == str(before.resolve())
+    assert moved.runs[names[0]].run_dir == str(after.resolve() / "runs" / names[0]) and moved.runs[names[0]].done
+    rc, _, err = sweep(capsys, "math", "--cluster", "local_nemo_cpu", "--dry-run", "--sweep-dir", after)
+    assert rc == 0 and "this sweep dir was" in err and "kept configs" in err
+    for name in names:
+        config = yaml.safe_load((after / "configs" / f"{name}.yaml").read_text())
+        assert config["logger"]["log_dir"] == str(after.resolve() / "runs" / name)
+        assert str(before) not in (after / "configs" / f"{name}.yaml").read_text()
+    assert "changed since it was first submitted" not in err  # a move is not a change of the run

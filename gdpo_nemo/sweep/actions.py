@@ -205,6 +205,8 @@ def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLa
 
 def _write(plans: list[RunPlan], layout: SweepLayout, manifest: mf.Manifest | None) -> None:
     started = {name for name, record in (manifest.runs.items() if manifest else ()) if record.jobs}
+    if manifest is not None and manifest.moved_from:
+        _rebase_kept_configs(manifest, layout, started)
     for name in write_plans(plans, layout, started):
         print(
             f"gdpo-nemo sweep: warning: the config of {name} changed since it was first submitted;"
@@ -212,6 +214,24 @@ def _write(plans: list[RunPlan], layout: SweepLayout, manifest: mf.Manifest | No
             " (remove it and the run dir to start the run over with the new config)",
             file=sys.stderr,
         )
+
+
+def _rebase_kept_configs(manifest: mf.Manifest, layout: SweepLayout, started: set[str]) -> None:
+    """The sweep dir moved since its runs started: their kept configs (a resubmitted run
+    resumes with the config it started with) name the old dir in their paths (log_dir,
+    checkpoint_dir); point them here, so a resumed job continues the run in its dir as it is
+    now, never writing beside it under the old path. Says so on stderr."""
+    old, new = manifest.moved_from, str(layout.root.resolve())
+    rewritten = []
+    for name in sorted(started):
+        path = layout.config_path(name)
+        if path.is_file() and old in (text := path.read_text()):
+            path.write_text(text.replace(old.rstrip("/") + "/", new.rstrip("/") + "/"))
+            rewritten.append(name)
+    manifest.moved_from = None  # saved from now on with its root here
+    if rewritten:
+        print(f"gdpo-nemo sweep: note: this sweep dir was {old}; the paths in the kept configs of {len(rewritten)}"
+              f" started run(s) now name {new}", file=sys.stderr)
 
 
 def _submit(manifest: mf.Manifest, plans: list[RunPlan], *, cwd: Path, evals: dict | None = None) -> int:

@@ -108,18 +108,29 @@ class Manifest:
     engine: str
     created: str = field(default_factory=now)
     runs: dict[str, RunRecord] = field(default_factory=dict)
+    moved_from: str | None = None  # the sweep dir this manifest was written in, when it has moved since
 
     @classmethod
     def load(cls, path: Path) -> "Manifest | None":
-        """The manifest at `path`, or None if there is none yet."""
+        """The manifest at `path`, or None if there is none yet. A sweep dir moved (or copied)
+        since it was written: its runs' paths are read relative to where it is now
+        (`moved_from` says where it was)."""
         if not path.is_file():
             return None
         try:
             raw = json.loads(path.read_text())
             runs = {name: RunRecord(**record) for name, record in raw["runs"].items()}
-            return cls(path, raw["experiment"], raw["cluster"], raw["engine"], raw["created"], runs)
+            manifest = cls(path, raw["experiment"], raw["cluster"], raw["engine"], raw["created"], runs)
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise SweepError(f"{path} is not a sweep manifest ({err}); move it away or use another --sweep-dir") from None
+        root = str(path.parent.resolve())
+        written_in = raw.get("root") or _common_root(runs.values())
+        if written_in and written_in != root:
+            manifest.moved_from = written_in
+            for record in runs.values():
+                record.run_dir, record.config, record.script = (rebase(p, written_in, root)
+                                                                for p in (record.run_dir, record.config, record.script))
+        return manifest
 
     def check_matches(self, *, experiment: str, cluster: str, engine: str) -> None:
         """Raise SweepError if this sweep dir belongs to another experiment, profile or engine."""
@@ -136,6 +147,9 @@ class Manifest:
         """Write atomically (temp file + rename), so a crash never leaves half a manifest."""
         raw = {
             "version": MANIFEST_VERSION,
+            # Where its runs' kept configs point: the old dir until a submit or dry run has
+            # pointed them here (actions._rebase_kept_configs); the records' paths are rebased.
+            "root": self.moved_from or str(self.path.parent.resolve()),
             "experiment": self.experiment,
             "cluster": self.cluster,
             "engine": self.engine,
@@ -158,6 +172,20 @@ class Manifest:
             )
             if state != record.state:
                 record.state, record.updated = state, now()
+
+
+def rebase(path: str, old_root: str, new_root: str) -> str:
+    """`path` under `old_root` as the same path under `new_root`; other paths as they are."""
+    if path == old_root or path.startswith(old_root.rstrip("/") + "/"):
+        return new_root + path[len(old_root):]
+    return path
+
+
+def _common_root(records) -> str | None:
+    """Where a manifest written before it recorded its root was: its runs' dirs are
+    ``<root>/runs/<name>``."""
+    roots = {str(Path(r.run_dir).parent.parent) for r in records if Path(r.run_dir).parent.name == "runs"}
+    return roots.pop() if len(roots) == 1 else None
 
 
 @contextmanager

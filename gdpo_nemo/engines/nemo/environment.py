@@ -67,6 +67,17 @@ def _nemo_rl_types():
 EnvironmentInterface, EnvironmentReturn = _nemo_rl_types()
 
 
+def _rollouts_take_named_rewards() -> bool:
+    """`interfaces.rollouts_take_named_rewards` where NeMo RL is importable; True (the named
+    form, as the pin takes it) where it is not (the stand-in types)."""
+    try:
+        from gdpo_nemo.engines.nemo.interfaces import rollouts_take_named_rewards
+
+        return rollouts_take_named_rewards()
+    except ImportError:
+        return True
+
+
 class RewardEnvironment(EnvironmentInterface):
     """Scores single-turn answers with one task's named rewards.
 
@@ -78,6 +89,7 @@ class RewardEnvironment(EnvironmentInterface):
         self.scorer = RewardScorer(self.settings, load_token_counter(self.settings.tokenizer))
         self.data_errors = 0
         self._unreported = 0
+        self._named_rewards = _rollouts_take_named_rewards()
 
     def step(self, message_log_batch: Sequence[Sequence[Mapping]], metadata: Sequence[Mapping | None]):
         """Score a batch: rewards {"reward/<name>": float32 Tensor[B]}, every episode ends.
@@ -98,6 +110,8 @@ class RewardEnvironment(EnvironmentInterface):
             )
         count = len(message_log_batch)
         rewards = {key: torch.tensor(values, dtype=torch.float32) for key, values in result.rewards.items()}
+        if not self._named_rewards:  # the v0.7.0 release: one [B, K] tensor, columns in sorted-name order
+            rewards = torch.stack([rewards[key] for key in sorted(rewards)], dim=1)
         observations = [{"role": "environment", "content": ""} for _ in range(count)]
         return EnvironmentReturn(
             observations=observations,

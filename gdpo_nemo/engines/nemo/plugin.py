@@ -1,7 +1,8 @@
 """Registering gdpo_nemo with NeMo RL, and the hooks that add what NeMo RL lacks.
 
 `register(config)` (called by ``run.py`` in the driver process before NeMo RL's GRPO
-starts) does, against the pinned commit's APIs:
+starts) first checks that the imported NeMo RL has what the hooks read
+(`gdpo_nemo.engines.nemo.interfaces`: the pinned main and v0.7.0 do), then does:
 
 1. environments: ``register_env("gdpo_<task>", ACTOR_FQN)`` for the four tasks
    (``nemo_rl.environments.utils``) and ``ACTOR_ENVIRONMENT_REGISTRY[ACTOR_FQN] =
@@ -26,8 +27,9 @@ starts) does, against the pinned commit's APIs:
      step's metrics (logged as ``train/...``; docs/interfaces.md);
    - ``nemo_rl.utils.logger.Logger.log_metrics``: also writes ``<run dir>/metrics.jsonl`` (a
      step's record at its last call), and replays a resumed run's earlier steps into W&B;
-   - ``nemo_rl.utils.checkpoint.CheckpointManager.begin_finalization``: a step's checkpoint
-     becomes the one to resume from only once the step's metrics are written;
+   - ``nemo_rl.utils.checkpoint.CheckpointManager.begin_finalization`` (v0.7.0:
+     ``finalize_checkpoint``): a step's checkpoint becomes the one to resume from only once
+     the step's metrics are written;
    - ``TimeoutChecker`` (as imported by the trainer): notes a stop at
      ``checkpointing.checkpoint_must_save_by``, so such a run is not marked DONE;
    - ``nemo_rl.utils.logger.get_next_experiment_dir``: keeps ``logger.log_dir`` as the run
@@ -126,8 +128,12 @@ def wrap_rollout(original: Callable, state: HookState) -> Callable:
     Validation (state.in_validation): the batch goes to state.collector.
     """
 
+    from gdpo_nemo.engines.nemo.interfaces import name_numbered_rewards
+
     def rollout(*args, **kwargs):
         batch, metrics = original(*args, **kwargs)
+        # the release numbers the components (reward1, ...) in the environment's sorted-name order
+        name_numbered_rewards(batch, sorted(state.settings.components or ()))
         task_to_env = kwargs.get("task_to_env", args[3] if len(args) > 3 else None)
         errors = _take_data_errors(task_to_env)
         if state.in_validation:
@@ -283,8 +289,16 @@ def wrap_log_metrics(original: Callable, writer: StepMetricsWriter, state: "Hook
     return _mark(log_metrics, original)
 
 
+def finalization_method(manager_cls: type) -> str:
+    """The CheckpointManager method that makes a saved step the one to resume from: main's
+    ``begin_finalization`` (in a background thread, which calls ``finalize_checkpoint``),
+    else the release's ``finalize_checkpoint`` (v0.7.0 calls it directly after a save)."""
+    return "begin_finalization" if hasattr(manager_cls, "begin_finalization") else "finalize_checkpoint"
+
+
 def defer_finalization(manager_cls: type, state: HookState) -> Callable:
     """NeMo RL's ``CheckpointManager.begin_finalization(self, checkpoint_path, wait_fn=None)``
+    (v0.7.0: ``finalize_checkpoint(self, checkpoint_path)``, `finalization_method`)
     (which renames ``tmp_step_N`` to ``step_N``, making it the checkpoint a later job resumes
     from) held back until the step's last log call (``step_finished``) is in metrics.jsonl.
 
@@ -292,12 +306,12 @@ def defer_finalization(manager_cls: type, state: HookState) -> Callable:
     between (Slurm's cancel, a preemption, SIGKILL) would resume after a step whose metrics
     no file holds. Held back, such a job leaves ``tmp_step_N``; the next one resumes from
     step N-1, runs step N again and logs it once (NeMo RL removes the stale tmp folder)."""
-    original = _unwrapped(manager_cls.begin_finalization)
+    original = _unwrapped(getattr(manager_cls, finalization_method(manager_cls)))
 
-    def begin_finalization(self, checkpoint_path, *args, **kwargs):
+    def finalization(self, checkpoint_path, *args, **kwargs):
         state.pending_checkpoints.append(lambda: original(self, checkpoint_path, *args, **kwargs))
 
-    return _mark(begin_finalization, original)
+    return _mark(finalization, original)
 
 
 def pin_ray_address(original: Callable) -> Callable:
@@ -370,6 +384,9 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
     import nemo_rl.distributed.virtual_cluster as cluster_module
     import nemo_rl.utils.logger as logger_module
 
+    from gdpo_nemo.engines.nemo.interfaces import check_interfaces
+
+    check_interfaces()  # before anything is replaced: a hook that does not fit says so in one line
     gdpo = config["gdpo"]
     state = HookState(settings=EstimatorSettings.from_gdpo(gdpo, nemo_engine=True), writer=writer)
 
@@ -389,8 +406,7 @@ def install_hooks(config: Mapping, *, writer: StepMetricsWriter | None = None) -
         logger_cls = logger_module.Logger
         logger_cls.log_metrics = wrap_log_metrics(_unwrapped(logger_cls.log_metrics), writer, state)
         manager_cls = checkpoint_module.CheckpointManager
-        if hasattr(manager_cls, "begin_finalization"):
-            manager_cls.begin_finalization = defer_finalization(manager_cls, state)
+        setattr(manager_cls, finalization_method(manager_cls), defer_finalization(manager_cls, state))
     cluster_module.init_ray = pin_ray_address(_unwrapped(cluster_module.init_ray))
     original_next_dir = _unwrapped(logger_module.get_next_experiment_dir)
     logger_module.get_next_experiment_dir = _mark(lambda base_log_dir: str(base_log_dir), original_next_dir)

@@ -29,6 +29,9 @@ class SharedWeights(WeightSynchronizer):
     def init_communicator(self) -> None:
         return None
 
+    def mark_stale(self) -> None:  # the v0.7.0 release's interface: a step makes nothing stale here
+        return None
+
     def shutdown(self) -> None:
         return None
 

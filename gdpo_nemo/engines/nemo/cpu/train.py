@@ -16,6 +16,7 @@ Order of shutdown matters: the policy's workers go before Ray (``Policy.__del__`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -90,7 +91,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     AdvantageRecorder(run_dir, first_step=(resume_step or 0) + 1, out=out).install()
 
     master = grpo_module.MasterConfig(**config)
-    seed = int(master.grpo.seed)
+    seed = int(_field(master.grpo, "seed"))
     set_seed(seed)
     tokenizer = get_tokenizer(master.policy["tokenizer"])
     master.policy["generation"] = configure_generation_config(master.policy["generation"], tokenizer)
@@ -111,15 +112,15 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         logger.log_hyperparams(master.model_dump())
         checkpointer = CheckpointManager(master.checkpointing)
         last_checkpoint = checkpointer.get_latest_checkpoint_path()
-        save_state = grpo_module._get_grpo_save_state(checkpointer.load_training_info(last_checkpoint))
+        save_state = _save_state(grpo_module, checkpointer.load_training_info(last_checkpoint))
 
         loader, val_loader = _loaders(master, dataset, val_dataset, last_checkpoint)
         loss_fn = ClippedPGLossFn(master.loss_fn)
         grpo = master.grpo
 
-        init_reference = master.loss_fn.reference_policy_kl_penalty > 0
+        init_reference = _field(master.loss_fn, "reference_policy_kl_penalty") > 0
         if not init_reference:  # as grpo.setup() does
-            grpo.skip_reference_policy_logprobs_calculation = True
+            _set_field(grpo, "skip_reference_policy_logprobs_calculation", True)
         weights_path, optimizer_path = checkpointer.get_resume_paths(last_checkpoint)
         virtual_cluster = cluster.policy_cluster()
         policy = Policy(
@@ -130,11 +131,14 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         result.device_patches = ray.get(policy.worker_group.run_all_workers_single_data("device_patches"))[0]
         result.weights_before = _weights(policy)
         generation = PolicyGeneration(policy)
+        _no_refit_for_shared_weights(grpo_module)
         result.seconds["imports"] = imports
         result.seconds["start"] = time.perf_counter() - started
 
         trained = time.perf_counter()
-        with checkpointer:
+        # main's CheckpointManager is a context manager (it waits for a background finalization
+        # on exit); the release's finalizes in the call itself
+        with checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext():
             grpo_module.grpo_train(policy, generation, loader, val_loader, tokenizer, loss_fn, task_to_env,
                                    val_task_to_env, logger, checkpointer, save_state, master)
         result.seconds["train"] = time.perf_counter() - trained
@@ -169,9 +173,61 @@ def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> N
         policy.shutdown()
     if virtual_cluster is not None:
         virtual_cluster.shutdown()
-    grpo_module.shutdown_environments(*environments)
+    if hasattr(grpo_module, "shutdown_environments"):
+        grpo_module.shutdown_environments(*environments)
+    else:  # the v0.7.0 release has no such helper: each environment actor once, killed if it hangs
+        import ray
+
+        actors = {id(env): env for mapping in environments for env in (mapping or {}).values()}
+        for env in actors.values():
+            try:
+                ray.get(env.shutdown.remote(), timeout=10)
+            except Exception:  # a stuck or dead actor: make sure it is gone
+                ray.kill(env)
     if own_ray:
         cluster.stop_ray()
+
+
+def _no_refit_for_shared_weights(grpo_module) -> None:
+    """The v0.7.0 release refits the generation from the policy before every rollout
+    (``refit_policy_generation``: free GPU memory from NVML, weights over CUDA IPC); main
+    asks ``policy_generation.weight_synchronizer`` instead, which `SharedWeights` answers. A
+    `PolicyGeneration` generates with the policy's own weights, so its refit moves nothing: a
+    no-op for it, the release's own function for any other generation. Idempotent."""
+    original = getattr(grpo_module, "refit_policy_generation", None)
+    if original is None or getattr(original, "_gdpo_nemo_shared_weights", False):
+        return
+
+    from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
+
+    def refit_policy_generation(policy, policy_generation, *args, **kwargs):
+        if isinstance(policy_generation, PolicyGeneration):
+            return None
+        return original(policy, policy_generation, *args, **kwargs)
+
+    refit_policy_generation._gdpo_nemo_shared_weights = True
+    grpo_module.refit_policy_generation = refit_policy_generation
+
+
+def _save_state(grpo_module, loaded):
+    """The GRPO save state to resume from, as the version's own setup builds it: main's
+    ``_get_grpo_save_state`` (defaults filled in), the release's loaded state or its default."""
+    if hasattr(grpo_module, "_get_grpo_save_state"):
+        return grpo_module._get_grpo_save_state(loaded)
+    return loaded if loaded is not None else grpo_module._default_grpo_save_state()
+
+
+def _field(section, key: str):
+    """A key of a MasterConfig section: an attribute of main's pydantic models, an item of the
+    v0.7.0 release's TypedDicts (its GRPOConfig and ClippedPGLossConfig)."""
+    return section[key] if isinstance(section, Mapping) else getattr(section, key)
+
+
+def _set_field(section, key: str, value) -> None:
+    if isinstance(section, Mapping):
+        section[key] = value
+    else:
+        setattr(section, key, value)
 
 
 def _loaders(master, dataset, val_dataset, last_checkpoint):
@@ -183,16 +239,16 @@ def _loaders(master, dataset, val_dataset, last_checkpoint):
     from nemo_rl.data.utils import load_dataloader_state
 
     grpo = master.grpo
-    prompts_per_batch = grpo.num_prompts_per_step
-    if grpo.use_dynamic_sampling:
-        prompts_per_batch = int(prompts_per_batch * grpo.batch_multiplier)
+    prompts_per_batch = _field(grpo, "num_prompts_per_step")
+    if _field(grpo, "use_dynamic_sampling"):
+        prompts_per_batch = int(prompts_per_batch * _field(grpo, "batch_multiplier"))
     loader = StatefulDataLoader(dataset, batch_size=prompts_per_batch, shuffle=master.data["shuffle"],
                                 collate_fn=rl_collate_fn, drop_last=True, num_workers=master.data["num_workers"])
     if last_checkpoint is not None:
         load_dataloader_state(loader, last_checkpoint, master.data)
     val_loader = None
-    if grpo.val_period > 0 or grpo.val_at_start or grpo.val_at_end:
-        val_loader = StatefulDataLoader(val_dataset, batch_size=grpo.val_batch_size, shuffle=False,
+    if _field(grpo, "val_period") > 0 or _field(grpo, "val_at_start") or _field(grpo, "val_at_end"):
+        val_loader = StatefulDataLoader(val_dataset, batch_size=_field(grpo, "val_batch_size"), shuffle=False,
                                         collate_fn=rl_collate_fn, num_workers=master.data["num_workers"])
     return loader, val_loader
 
