@@ -131,3 +131,21 @@ def test_the_mechanism_figure_plots_each_steps_mean_of_the_runs_own_numbers(smok
         assert row["mean"] == pytest.approx(sum(values) / 2, abs=1e-12)
     steps = {r["step"] for records in runs.values() for r in records if r["step"] > 0}
     assert set(plotted["step"]) == steps
+
+
+def test_a_run_whose_data_cannot_give_its_held_out_problems_stops_the_study_before_any_warm_start(tmp_path):
+    """The study's first start spent 51 minutes on warm starts before each run found that the
+    five families hold 286 distinct held-out problems, not 640: the runner checks every run's
+    data first."""
+    env = {k: v for k, v in os.environ.items() if k != "GDPO_NEMO_CACHE"}
+    env.update(PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    out = tmp_path / "study"
+    done = subprocess.run(["bash", "scripts/tension_study.sh", "--smoke", "--only", "seed=0", "--out", str(out),
+                           "grpo.val_at_end=true", "grpo.max_val_samples=5000"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    assert done.returncode != 0, printed[-3000:]
+    assert "found only" in printed and "fewer than limit=5000" in printed, printed[-3000:]
+    assert not list(out.rglob("warm_start/*")), "a warm start was made before the data check"
+    assert not list(out.rglob("metrics.jsonl"))

@@ -145,14 +145,22 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
 
 def prepare_shared(config_paths, log=print) -> None:
     """Convert the embedded model and train each distinct warm-start of these run configs,
-    once each (the runs then find them in the cache)."""
+    once each (the runs then find them in the cache). First every run's data is checked
+    (`prompts.load_examples`): a run that could not start (too few held-out problems, a
+    missing data file) is a ValueError before any warm start is spent."""
     from gdpo_nemo.engines.local.config import load_run_config
     from gdpo_nemo.engines.local.models import is_builtin, load_policy
+    from gdpo_nemo.engines.local.prompts import load_examples
     from gdpo_nemo.engines.local.warm_start import warm_start_checkpoint, warm_start_key
 
+    configs = [load_run_config(path)[0] for path in config_paths]
+    for path, config in zip(config_paths, configs):
+        try:
+            load_examples(config)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
     seen = set()
-    for path in config_paths:
-        config, _ = load_run_config(path)
+    for config in configs:
         model = config["policy"]["model_name"]
         if config["gdpo"]["local"]["warm_start"]["enabled"]:
             key = warm_start_key(config)

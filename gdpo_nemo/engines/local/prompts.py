@@ -85,6 +85,23 @@ class DataOrder:
 
 def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, PromptSet | None, object]:
     """Train and validation prompts of `gdpo.task` and the task's reward set."""
+    train, validation, reward_set = load_examples(config)
+    kwargs = dict(chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
+                  max_length=config["data"]["max_input_seq_length"], log=log)
+    train_set = tokenize_prompts(tokenizer, train, **kwargs)
+    grpo = config["grpo"]
+    if len(train_set) < grpo["num_prompts_per_step"]:
+        raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
+                         f"{grpo['num_prompts_per_step']}")
+    val_set = tokenize_prompts(tokenizer, validation, **kwargs) if validation is not None else None
+    return train_set, val_set, reward_set
+
+
+def load_examples(config: dict) -> tuple[list, list | None, object]:
+    """(train examples, validation examples or None when the run never validates, reward set)
+    of `gdpo.task`, untokenized: cheap, so a runner checks every run's data with it before
+    its warm starts. ValueError when the data cannot give what the config asks (a split with
+    fewer distinct items than grpo.max_val_samples, a missing data file)."""
     from gdpo_nemo.tasks import get_task
 
     gdpo, grpo, data = config["gdpo"], config["grpo"], config["data"]
@@ -103,19 +120,14 @@ def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, Pro
             return task.load(split, source="file", path=path, limit=limit)
         return task.load(split, source="offline", limit=limit, seed=seed)
 
-    kwargs = dict(chat_template_kwargs=config["policy"]["tokenizer"]["chat_template_kwargs"],
-                  max_length=data["max_input_seq_length"], log=log)
     # Every training prompt of the data (the task's whole offline set, or every row of the
     # data file) unless gdpo.local.train_size caps it, as NeMo RL's loader reads its whole
     # dataset: never a count made from grpo.max_num_steps, so a run's steps are the first
     # steps of a longer run of the same config, and a run extended by --resume (a larger
     # max_num_steps) goes on in the order it started with.
-    train_set = tokenize_prompts(tokenizer, load("train", local["train_size"]), **kwargs)
-    if len(train_set) < grpo["num_prompts_per_step"]:
-        raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
-                         f"{grpo['num_prompts_per_step']}")
+    train = load("train", local["train_size"])
     wants_validation = grpo["val_period"] > 0 or grpo["val_at_start"] or grpo["val_at_end"]
-    val_set = tokenize_prompts(tokenizer, load("validation", grpo["max_val_samples"]), **kwargs) if wants_validation else None
-    return train_set, val_set, reward_set
+    validation = load("validation", grpo["max_val_samples"]) if wants_validation else None
+    return train, validation, reward_set
 
 
