@@ -133,7 +133,7 @@ def wrap_rollout(original: Callable, state: HookState) -> Callable:
     def rollout(*args, **kwargs):
         batch, metrics = original(*args, **kwargs)
         # the release numbers the components (reward1, ...) in the environment's sorted-name order
-        name_numbered_rewards(batch, sorted(state.settings.components or ()))
+        name_numbered_rewards(batch, sorted(state.settings.components if state.settings is not None else ()))
         task_to_env = kwargs.get("task_to_env", args[3] if len(args) > 3 else None)
         errors = _take_data_errors(task_to_env)
         if state.in_validation:
