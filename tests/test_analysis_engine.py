@@ -166,16 +166,13 @@ def test_the_quickstart_figure_draws_each_method_in_its_registered_colour():
                     assert mcolors.same_color(line.get_color(), ESTIMATORS[algo].style.color)
 
 
-def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_spread(tmp_path, monkeypatch):
-    # Issue 37: std bands went below 0 and above 1 for rates, "mean ± 1 std over seeds" was
-    # printed for one run, and the panels had no y-axis label.
-    import numpy as np
-    import pandas as pd
-
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures gdpo_nemo.analysis.figures draws during the test, in order, kept open
+    until the test ends (its pyplot's `close` records them instead)."""
     from gdpo_nemo.analysis import figures
-    from gdpo_nemo.analysis.frame import Dataset
 
-    drawn = []
+    figs = []
     real = figures._pyplot()
 
     class Recorder:
@@ -183,10 +180,22 @@ def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_s
             return getattr(real, name)
 
         def close(self, fig):
-            drawn.append(fig)
-            real.close(fig)
+            figs.append(fig)
 
     monkeypatch.setattr(figures, "_pyplot", lambda: Recorder())
+    yield figs
+    for fig in figs:
+        real.close(fig)
+
+
+def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_spread(tmp_path, drawn):
+    # Issue 37: std bands went below 0 and above 1 for rates, "mean ± 1 std over seeds" was
+    # printed for one run, and the panels had no y-axis label.
+    import numpy as np
+    import pandas as pd
+
+    from gdpo_nemo.analysis import figures
+    from gdpo_nemo.analysis.frame import Dataset
 
     def dataset(seeds):
         rows, runs = [], []
@@ -200,9 +209,9 @@ def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_s
         return Dataset(pd.DataFrame(rows), pd.DataFrame(runs), pd.DataFrame())
 
     for seeds in (3, 1):
-        drawn.clear()
+        earlier = len(drawn)
         figures.plot_panels(dataset(seeds), ["train/reward/format"], tmp_path / f"c{seeds}", title="t", smooth=1)
-        [fig] = drawn
+        [fig] = drawn[earlier:]
         ax = fig.axes[0]
         bands = [c for c in ax.collections]
         assert ax.get_ylabel() == "mean over runs"
@@ -215,7 +224,7 @@ def test_report_curves_keep_a_rates_band_in_its_range_and_say_when_there_is_no_s
             assert bands == [] and "one run per method" in fig._suptitle.get_text()
 
 
-def test_figures_read_on_their_own_at_any_size_of_data(tmp_path, monkeypatch):
+def test_figures_read_on_their_own_at_any_size_of_data(tmp_path, drawn):
     """Issue 45: y labels like -0.04 were cut by a fixed margin, a legend of four methods was
     cut at both sides, a run with one logged step drew nothing, n counted runs without data,
     and a step that one run reached pinched the band to a point."""
@@ -224,17 +233,6 @@ def test_figures_read_on_their_own_at_any_size_of_data(tmp_path, monkeypatch):
     from gdpo_nemo.analysis import figures
     from gdpo_nemo.analysis.frame import Dataset
 
-    drawn = []
-    real = figures._pyplot()
-
-    class Recorder:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def close(self, fig):
-            drawn.append(fig)
-
-    monkeypatch.setattr(figures, "_pyplot", lambda: Recorder())
     rows, runs = [], []
     algos = ("grpo", "gdpo", "grpo_no_std_with_a_long_variant_name", "gdpo_no_bn_with_a_long_variant_name")
     for algo in algos:
@@ -265,4 +263,3 @@ def test_figures_read_on_their_own_at_any_size_of_data(tmp_path, monkeypatch):
     for band in ax.collections:  # steps 2-3 have one run each: the band covers step 1 only
         xs = [x for path in band.get_paths() for x, _ in path.vertices]
         assert max(xs) <= 1.0 + 1e-9
-    real.close(fig)
