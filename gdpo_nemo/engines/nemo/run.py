@@ -146,13 +146,26 @@ def prepare_run_dir(config: dict, *, generation_backend: str | None = None) -> P
     return run_dir
 
 
+def end_job(writer, run_dir: Path, completed: bool, **details) -> None:
+    """The end of a job that ran NeMo RL's trainer (GPU entry or CPU path), from its `finally`:
+    metrics.jsonl closed (a step cut short is not a step); when the job did not complete (an
+    error, SIGTERM), its W&B run ended failed and its run dir marked FAILED with the exception
+    being raised and `details`."""
+    from gdpo_nemo.runs.tracking import fail_external_wandb
+
+    writer.close(complete=completed)
+    if not completed:
+        fail_external_wandb()
+        lifecycle.fail_run(run_dir, sys.exc_info()[1], **details)
+
+
 def launch(config: dict, script: Path) -> None:
     """Steps 2-5 of the module docstring: run dir, metrics sink, plugin registration, NeMo
     RL's ``run_grpo.py`` in this process, ``DONE`` unless stopped by a timeout."""
     from gdpo_nemo.engines.nemo import plugin
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
 
-    from gdpo_nemo.runs.tracking import fail_external_wandb, settle_external_wandb
+    from gdpo_nemo.runs.tracking import settle_external_wandb
 
     run_dir = prepare_run_dir(config)
     # NeMo RL's own W&B logger: offline within seconds when its server does not answer.
@@ -168,10 +181,7 @@ def launch(config: dict, script: Path) -> None:
         completed = True
     finally:
         sys.argv = saved_argv
-        writer.close(complete=completed)  # a step cut short is not a step
-        if not completed:
-            fail_external_wandb()
-            lifecycle.fail_run(run_dir, sys.exc_info()[1])
+        end_job(writer, run_dir, completed)
     if not state.timed_out:
         lifecycle.finish_run(run_dir, "done\n")
 

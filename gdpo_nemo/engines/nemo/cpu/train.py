@@ -76,8 +76,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
     from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
-    from gdpo_nemo.engines.nemo.run import prepare_run_dir, reclaim_sigterm
-    from gdpo_nemo.runs.tracking import fail_external_wandb
+    from gdpo_nemo.engines.nemo.run import end_job, prepare_run_dir, reclaim_sigterm
 
     started = time.perf_counter()
     digest = lifecycle.config_digest(config)  # before anything below touches it: what a resubmission compares
@@ -148,11 +147,8 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         completed = True
     finally:
         stopping = time.perf_counter()
-        writer.close(complete=completed)  # a step cut short is not a step
-        if not completed:
-            fail_external_wandb()
-            lifecycle.fail_run(run_dir, sys.exc_info()[1], config_digest=digest,
-                               checkpoint=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]))
+        end_job(writer, run_dir, completed, config_digest=digest,
+                checkpoint=latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"]))
         _shut_down(policy, virtual_cluster, (task_to_env, val_task_to_env), own_ray)
         result.seconds["stop"] = time.perf_counter() - stopping
         sys.stdout.flush()
