@@ -40,19 +40,6 @@ if _OWNER:
 TEST_CACHE = os.environ[_SHARED]
 os.environ["GDPO_NEMO_CACHE"] = TEST_CACHE
 
-# Tests that share one expensive thing run on one xdist worker, in collection order: the
-# NeMo RL tier is one inner pytest run whose results its tests report, and the Slurm tests
-# share the one-node cluster's two CPUs. Folders under tests/; a group is named by its folder.
-XDIST_GROUPS = ("nemo_tier", "slurm")
-
-
-def xdist_scope(nodeid: str) -> str:
-    """The unit of work one xdist worker takes whole: the folder of an XDIST_GROUPS test,
-    else the test itself."""
-    parts = nodeid.split("::")[0].split("/")
-    if len(parts) > 2 and parts[0] == "tests" and parts[1] in XDIST_GROUPS:
-        return parts[1]
-    return nodeid
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown without xdist (.venv-nemo's inner run)
@@ -64,6 +51,8 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    from tests.support.groups import xdist_scope  # the outer run's (`tests` may be another package in .venv-nemo)
 
     class FolderGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -104,9 +104,11 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
     # stand-in workers that finish whatever they are sent, one test at a time.
     from types import SimpleNamespace
 
-    from tests.conftest import pytest_xdist_make_scheduler, xdist_scope
+    from tests.conftest import pytest_xdist_make_scheduler
+    from tests.support.groups import xdist_scope
 
     assert xdist_scope("tests/nemo_tier/test_entry_point.py::test_a[x]") == "nemo_tier"
+    assert xdist_scope("tests/nemo_tier/test_release.py::test_d") == "nemo_tier_release"
     assert xdist_scope("tests/slurm/test_journey_on_slurm.py::test_b") == "slurm"
     assert xdist_scope("tests/test_run_id.py::test_c") == "tests/test_run_id.py::test_c"
 
@@ -131,7 +133,8 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
 
     assert pytest_xdist_make_scheduler(Config("load"), None) is None  # other --dist modes: xdist's own
     collection = [f"tests/nemo_tier/test_{i % 3}.py::t{i}" for i in range(9)] + \
-                 [f"tests/slurm/test_{i % 2}.py::t{i}" for i in range(6)] + [f"tests/test_x{i}.py::t" for i in range(12)]
+                 [f"tests/slurm/test_{i % 2}.py::t{i}" for i in range(6)] + [f"tests/test_x{i}.py::t" for i in range(12)] + \
+                 [f"tests/nemo_tier/test_release.py::t{i}" for i in range(3)]
     scheduler = pytest_xdist_make_scheduler(Config("loadgroup"), None)
     workers = [Worker("gw0"), Worker("gw1")]
     for worker in workers:
@@ -147,6 +150,8 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
                 ran_on[collection[index]] = worker.gateway.id
                 scheduler.mark_test_complete(worker, index)
     assert sorted(ran_on) == sorted(collection)
-    for folder in ("tests/nemo_tier/", "tests/slurm/"):
-        assert len({ran_on[n] for n in collection if n.startswith(folder)}) == 1, (folder, ran_on)
-    assert {ran_on[n] for n in collection[15:]} == {"gw0", "gw1"}  # the rest is shared out
+    for folder in ("tests/nemo_tier/test_", "tests/slurm/", "tests/nemo_tier/test_release.py"):
+        group = [n for n in collection if n.startswith(folder) and (n.startswith("tests/nemo_tier/test_release") ==
+                                                                     folder.endswith("test_release.py"))]
+        assert len({ran_on[n] for n in group}) == 1, (folder, ran_on)
+    assert {ran_on[n] for n in collection[15:27]} == {"gw0", "gw1"}  # the rest is shared out

@@ -5,9 +5,10 @@ scripts/setup_nemo.sh from ../shared/vendor's source archive: its pins (transfor
 ...) do not fit the project's .venv. The README's test command runs in .venv, so this file
 makes the tier run where NeMo RL is:
 
-- in .venv (NeMo RL not importable): the first test of this folder to run starts ONE pytest
-  in .venv-nemo over every selected test of the folder, and each test here then reports
-  the outcome that run gave it (its failure text included). Without .venv-nemo the tests
+- in .venv (NeMo RL not importable): the first test of a group to run starts ONE pytest in
+  .venv-nemo over every selected test of the group (two groups: the release's tests, the
+  rest; tests/support/groups.py), and each test here then reports the outcome that run gave
+  it (its failure text included). Without .venv-nemo the tests
   are skipped, saying so, and fail under CI=true (scripts/setup.sh --all always makes it).
 - in .venv-nemo (nemo_rl importable): the tests run, and their outcomes are written to
   $GDPO_NEMO_TIER_REPORT for the outer run.
@@ -49,7 +50,7 @@ def _ours(item) -> bool:
 
 
 # The outer test that starts the inner run waits for all of it (the pin's tier and the
-# release's, about 20 minutes on a loaded 2-core machine): pytest-timeout's 900 s per test
+# release's are two runs, about 12 and 7 minutes, longer on a loaded machine): pytest-timeout's 900 s per test
 # (pyproject.toml) killed that wait, and the next outer test started the whole inner run
 # again. Each inner test keeps the 900 s limit inside .venv-nemo.
 INNER_RUN_TIMEOUT_S = 3600
@@ -81,11 +82,18 @@ def unpinned_environment() -> dict:
     return env
 
 
-def _inner_run(session) -> dict:
-    """Run every selected test of this folder once in .venv-nemo; {nodeid: result}."""
-    if "results" in _STATE:
-        return _STATE["results"]
-    nodeids = [item.nodeid for item in session.items if _ours(item)]
+def _inner_run(item) -> dict:
+    """Run every selected test of this item's group once in .venv-nemo; {nodeid: result}. The
+    groups (tests/support/groups.py): the release's tests, and the rest of this folder; each is
+    one inner run, on whichever xdist worker took the group (a worker's session.items holds
+    every collected test, so the group is chosen here, not by what the worker was sent)."""
+    from tests.support.groups import xdist_scope  # the outer run's (`tests` may be another package in .venv-nemo)
+
+    group = xdist_scope(item.nodeid)
+    runs = _STATE.setdefault("runs", {})
+    if group in runs:
+        return runs[group]
+    nodeids = [other.nodeid for other in item.session.items if _ours(other) and xdist_scope(other.nodeid) == group]
     report = Path(tempfile.mkdtemp(prefix="gdpo-nemo-tier-")) / "report.json"
     # Ray keeps its sockets and the address of "the" local cluster in its temp dir: a dir of
     # this run's own (short: socket paths are limited) keeps other Ray users of the machine
@@ -99,18 +107,18 @@ def _inner_run(session) -> dict:
         )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
-    _STATE["output"] = done.stdout + done.stderr
-    _STATE["results"] = json.loads(report.read_text()) if report.is_file() else {}
-    return _STATE["results"]
+    _STATE.setdefault("outputs", {})[group] = done.stdout + done.stderr
+    runs[group] = json.loads(report.read_text()) if report.is_file() else {}
+    return runs[group]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     if INSIDE or not _ours(pyfuncitem):
         return None
-    result = _inner_run(pyfuncitem.session).get(pyfuncitem.nodeid)
+    result = _inner_run(pyfuncitem).get(pyfuncitem.nodeid)
     if result is None:
-        tail = "\n".join(_STATE["output"].splitlines()[-40:])
+        tail = "\n".join(_output().splitlines()[-40:])
         pytest.fail(f"the NeMo RL tier run in .venv-nemo gave no result for {pyfuncitem.nodeid}; its output ends:\n{tail}", pytrace=False)
     if result["outcome"] == "skipped":  # nothing of this tier may skip in CI (tests/support/requirements.py)
         from tests.support.requirements import require
@@ -121,16 +129,20 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+def _output() -> str:
+    """What the inner runs of this process printed, one after the other."""
+    return "\n".join(_STATE.get("outputs", {}).values())
+
+
 def _inner_durations(output: str) -> list[str]:
-    lines = output.splitlines()
-    start = next((i for i, line in enumerate(lines) if "slowest" in line and "durations" in line), None)
-    if start is None:
-        return []
-    shown = []
-    for line in lines[start + 1 :]:
-        if line.startswith("=") or not line.strip():
-            break
-        shown.append(line)
+    lines, shown = output.splitlines(), []
+    for start, line in enumerate(lines):
+        if not ("slowest" in line and "durations" in line):
+            continue
+        for line in lines[start + 1 :]:
+            if line.startswith("=") or not line.strip():
+                break
+            shown.append(line)
     return shown
 
 
@@ -138,9 +150,9 @@ def pytest_terminal_summary(terminalreporter):
     """The inner run's durations at the end of the outer run, in one process. Under xdist the
     worker that ran the tier hands them over (pytest_sessionfinish below) to the controller,
     which never loads this file: tests/conftest.py prints them there."""
-    if INSIDE or "output" not in _STATE:
+    if INSIDE or "outputs" not in _STATE:
         return
-    shown = _inner_durations(_STATE["output"])
+    shown = _inner_durations(_output())
     if shown:
         terminalreporter.write_sep("=", "NeMo RL tier: durations inside .venv-nemo")
         for line in shown:
@@ -168,8 +180,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     workeroutput = getattr(session.config, "workeroutput", None)  # set in an xdist worker
-    if not INSIDE and workeroutput is not None and "output" in _STATE:
-        workeroutput["nemo_tier_durations"] = _inner_durations(_STATE["output"])
+    if not INSIDE and workeroutput is not None and "outputs" in _STATE:
+        workeroutput["nemo_tier_durations"] = _inner_durations(_output())
     path = os.environ.get(REPORT_ENV)
     if INSIDE and path:
         Path(path).write_text(json.dumps(_STATE.get("inner", {})))
