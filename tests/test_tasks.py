@@ -58,6 +58,10 @@ def test_unknown_option_names_the_option_and_the_accepted_ones():
         ("code", {"cases_per_problem": 0}, "cases_per_problem"),
         ("toolcall", {"tools_per_prompt": 1}, "tools_per_prompt"),
         ("toolcall", {"two_call_share": 0.7, "no_call_share": 0.5}, "two_call_share"),
+        ("math", {"validation_percent": 0}, "validation_percent=0 must be an int from 1 to 50"),
+        ("code", {"validation_percent": 51}, "validation_percent=51"),
+        ("toolcall", {"validation_percent": 25.0}, "validation_percent=25.0"),
+        ("gsm8k", {"validation_percent": True}, "validation_percent=True"),
     ],
 )
 def test_bad_option_values_are_rejected_by_name(name, options, message):
@@ -146,6 +150,35 @@ def test_no_prompt_repeats_within_a_split(name):
 def test_split_of_sends_about_a_tenth_of_keys_to_validation():
     shares = sum(split_of(f"item {i}") == "validation" for i in range(10_000)) / 10_000
     assert 0.08 < shares < 0.12
+
+
+def test_a_larger_validation_percent_holds_out_more_and_keeps_the_default_split_of_every_key():
+    keys = [f"item {i}" for i in range(10_000)]
+    at = {p: {k for k in keys if split_of(k, p) == "validation"} for p in (10, 25)}
+    assert at[10] == {k for k in keys if split_of(k) == "validation"}  # the default is 10
+    assert at[10] < at[25] and 0.23 < len(at[25]) / len(keys) < 0.27
+
+
+def test_the_tension_studys_families_hold_640_distinct_held_out_problems_at_25_percent_not_at_10():
+    # experiments/tension_study.yaml measures on 640 held-out problems of five small families
+    # (2,825 distinct problems in all): 286 at the default 10 %, about 695 at 25 %.
+    families = ["percent", "square_root", "gcd", "lcm", "powers"]
+    with pytest.raises(ValueError, match=r"found only 286 distinct validation items"):
+        get_task("math", families=families).load("validation", limit=640)
+    task = get_task("math", families=families, validation_percent=25)
+    for seed in (0, 9):
+        held_out = task.load("validation", limit=640, seed=seed)
+        train = task.load("train", limit=2000, seed=seed)
+        questions = {json.dumps(e.messages) for e in held_out}
+        assert len(questions) == 640 and not questions & {json.dumps(e.messages) for e in train}
+        assert {e.meta["family"] for e in held_out} == set(families)
+
+
+def test_validation_percent_is_refused_with_a_data_file(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match=r"validation_percent=25 splits the offline set only"):
+        get_task("math", validation_percent=25).load("train", source="file", path=data)
 
 
 def test_gsm8k_validation_facts_never_appear_in_training():

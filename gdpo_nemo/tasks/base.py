@@ -6,9 +6,10 @@ completion. Everything else (splits, limits, seeds, file reading, reward sets, o
 checking) lives here once.
 
 Offline splits are disjoint by construction: an item belongs to the validation split when
-the SHA-256 of its `split_key` falls in the first `VALIDATION_PERCENT` of the hash range,
-else to train. The split of an item therefore never depends on the seed, so the training
-set of any seed is disjoint from the validation set of every seed.
+the SHA-256 of its `split_key` falls in the first `validation_percent` (a task option, default
+`VALIDATION_PERCENT`) of the hash range, else to train. The split of an item therefore never
+depends on the seed, so the training set of any seed is disjoint from the validation set of
+every seed with the same `validation_percent`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from gdpo_nemo.tasks import files
 
 SPLITS = ("train", "validation")
 SOURCES = ("offline", "file")
-# Share of the offline item space that goes to validation (by hash of the split key).
+# Share of the offline item space that goes to validation (by hash of the split key), unless
+# a task's `validation_percent` option says otherwise (a small item space may need a larger
+# held-out share to measure on enough distinct problems).
 VALIDATION_PERCENT = 10
+_VALIDATION_PERCENT_MAX = 50
 # Draws allowed per requested item before the generator gives up (the item space of
 # the chosen options is then too small for the requested limit).
 _DRAWS_PER_ITEM = 200
@@ -64,10 +68,11 @@ class Draft(NamedTuple):
     meta: dict
 
 
-def split_of(split_key: str) -> str:
-    """"validation" for `VALIDATION_PERCENT` percent of keys (by SHA-256), else "train"."""
+def split_of(split_key: str, validation_percent: int = VALIDATION_PERCENT) -> str:
+    """"validation" for `validation_percent` percent of keys (by SHA-256), else "train". A key
+    in validation at some percent stays there at every larger one."""
     digest = hashlib.sha256(split_key.encode("utf-8")).digest()
-    return "validation" if int.from_bytes(digest[:8], "big") % 100 < VALIDATION_PERCENT else "train"
+    return "validation" if int.from_bytes(digest[:8], "big") % 100 < validation_percent else "train"
 
 
 def chat(system: str | None, user: str) -> list:
@@ -88,7 +93,12 @@ class Task:
     (the gdpo.task key, `gdpo-nemo score --task`, the reward sets, NeMo RL's data processors
     `gdpo_<name>`, the evaluation and the sweep's evaluation jobs) is derived from `TASKS`.
     A new task is its module here (registered with `register_task` and imported by
-    gdpo_nemo/tasks/__init__.py), its reward module and its config group."""
+    gdpo_nemo/tasks/__init__.py), its reward module and its config group.
+
+    validation_percent: the share (1-50) of the offline item space held out for validation
+        (every task's option; subclasses' __post_init__ call this class's)."""
+
+    validation_percent: int = VALIDATION_PERCENT
 
     name: ClassVar[str] = ""
     # "module:attribute" of the task's reward table: a `TaskRewards`, or a function that
@@ -151,6 +161,9 @@ class Task:
         else:
             if path is None:
                 raise ValueError(f"source='file' needs path= (a data file or a folder of split files) for task {self.name!r}")
+            if self.validation_percent != VALIDATION_PERCENT:
+                raise ValueError(f"validation_percent={self.validation_percent!r} splits the offline set only: a data file's"
+                                 " splits are its own files (leave the option out with source='file')")
             drafts = self._read(split, path, limit)
         return [
             Example(idx=i, messages=d.messages, ground_truth=d.ground_truth, tests=d.tests, meta=d.meta)
@@ -174,6 +187,9 @@ class Task:
         raise NotImplementedError
 
     # ---- shared machinery -------------------------------------------------------------
+
+    def __post_init__(self) -> None:
+        self._int_option("validation_percent", 1, _VALIDATION_PERCENT_MAX)
 
     def _subset_option(self, option: str, accepted) -> None:
         """Check that option `option` is a non-empty list drawn from `accepted`; store it as a tuple."""
@@ -203,7 +219,7 @@ class Task:
             if len(drafts) == count:
                 break
             draft = self._draw(rng)
-            if draft.key in seen or split_of(draft.split_key) != split:
+            if draft.key in seen or split_of(draft.split_key, self.validation_percent) != split:
                 continue
             seen.add(draft.key)
             meta = {"task": self.name, "source": "offline", "split": split, "seed": seed, **draft.meta}

@@ -329,6 +329,7 @@ class CodeTask(Task):
     cases_per_problem: int = 5
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self._subset_option("templates", TEMPLATES)
         self._int_option("cases_per_problem", 1)
 

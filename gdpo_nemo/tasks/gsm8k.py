@@ -73,6 +73,7 @@ class Gsm8kTask(Task):
     max_operand: int = 99
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self._subset_option("operations", TEMPLATES)
         self._int_option("max_operand", 10)
 

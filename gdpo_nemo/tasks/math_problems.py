@@ -126,6 +126,7 @@ class MathTask(Task):
     families: tuple = tuple(FAMILIES)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self._subset_option("families", FAMILIES)
 
     def _draw(self, rng: random.Random) -> Draft:

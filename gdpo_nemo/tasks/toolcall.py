@@ -57,6 +57,7 @@ class ToolCallTask(Task):
     no_call_share: float = 0.1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self._int_option("tools_per_prompt", 2, len(CATALOGUE))
         for option in ("two_call_share", "no_call_share"):
             value = getattr(self, option)
