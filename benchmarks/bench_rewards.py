@@ -7,6 +7,9 @@ the seconds to score the tool-calling set and the GSM8K set (median of --repeats
 their total against the 0.5 s target. Then the math verifier's costs: worker start,
 seconds per answer, an answer stopped by the in-worker timer, and a stuck worker replaced.
 The responses are synthetic but shaped like real ones: exact, partially right, malformed.
+Last, the code judge's cost on hostile output shapes (the harness's CPU, GIL held): 8 MiB of
+newlines after a correct stdout answer against the same bytes as one line, and a returned list
+of 4 million zeros against json.loads of its text alone (--skip-judging leaves it out).
 """
 
 from __future__ import annotations
@@ -139,12 +142,39 @@ def bench_math(answers: int, rng: random.Random) -> None:
     verifier.close()
 
 
+def _best_of(repeats: int, call) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def bench_judging(repeats: int) -> None:
+    from gdpo_nemo.rewards.code import output_matches
+    from gdpo_nemo.sandbox.values import decode_values
+
+    size = 8 << 20
+    flood, one_line = "3" + "\n" * size, "3\n" + " " * size
+    flood_s = _best_of(repeats, lambda: output_matches(flood, ["3"]))
+    line_s = _best_of(repeats, lambda: output_matches(one_line, ["3"]))
+    print(f"judging a correct answer then 8 MiB of newlines: {1000 * flood_s:.1f} ms;"
+          f" the same bytes as one line: {1000 * line_s:.1f} ms (ratio {flood_s / line_s:.1f})")
+    text = json.dumps([["list", [0] * (4 << 20)]])
+    decode_s = _best_of(repeats, lambda: decode_values(text, 1))
+    json_s = _best_of(repeats, lambda: json.loads(text))
+    print(f"decoding a returned list of 4M zeros ({len(text) >> 20} MiB): {decode_s:.3f} s;"
+          f" json.loads of its text alone: {json_s:.3f} s (ratio {decode_s / json_s:.1f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--responses", type=int, default=2048, help="responses per task (paper step: 512 x 4)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--math-answers", type=int, default=256)
     parser.add_argument("--skip-math", action="store_true")
+    parser.add_argument("--skip-judging", action="store_true")
     args = parser.parse_args(argv)
     rng = random.Random(0)
 
@@ -156,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"total: {total:.3f} s (target < 0.5 s: {'met' if total < 0.5 else 'NOT met'})")
     if not args.skip_math:
         bench_math(args.math_answers, rng)
+    if not args.skip_judging:
+        bench_judging(args.repeats)
     return 0
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sandbox_support import pool, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.base import RewardDataError
-from gdpo_nemo.rewards.code import CODE_RANGES, extract_program, normalize_output, parse_tests, score_code_batch
+from gdpo_nemo.rewards.code import CODE_RANGES, extract_program, normalize_output, output_matches, parse_tests, score_code_batch
 from gdpo_nemo.sandbox import Limits
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -82,6 +82,25 @@ def test_extraction_never_raises(text):
 
 def test_trailing_whitespace_and_trailing_blank_lines_do_not_matter():
     assert normalize_output("1 2  \r\n3\t\n\n\n") == normalize_output("1 2\n3") == ["1 2", "3"]
+
+
+_OUTPUT_TEXT = st.text(alphabet=st.sampled_from(["1", "2", " ", "\t", "\n", "\r", "\x0b", "\u2028", "\x85", "a"]), max_size=40)
+
+
+@given(_OUTPUT_TEXT, _OUTPUT_TEXT)
+def test_output_matches_is_the_comparison_of_normalized_lines(output, expected_text):
+    expected = normalize_output(expected_text)
+    assert output_matches(output, expected) == (normalize_output(output) == expected)
+    assert output_matches(expected_text, expected)
+
+
+def test_a_correct_answer_followed_by_a_flood_of_newlines_passes_and_any_later_text_fails():
+    """The flood's cost (benchmarks/bench_rewards.py: judging 8 MiB of newlines against one
+    long line) is the benchmark's; its verdicts are the comparison's."""
+    flood = "\n" * (8 << 20)
+    assert output_matches("3" + flood, ["3"]) and output_matches("3\r\n \t" + flood, ["3"])
+    assert not output_matches("3" + flood + "4", ["3"]) and not output_matches(flood + "3", ["3"])
+    assert output_matches(flood, []) and not output_matches(flood + ".", [])
 
 
 def test_leading_and_inner_whitespace_matter():

@@ -67,6 +67,24 @@ def test_the_collision_budget_is_linear_and_lets_ordinary_values_through():
     assert decoded[1] == {-1, -2, 3} and len(decoded[3]) == 50000
 
 
+@pytest.mark.parametrize("padding", [[0] * 200_000, list(range(200_000)) * 2, ["ab"] * 200_000, []])
+def test_colliding_values_hidden_among_many_ordinary_ones_are_still_refused(padding):
+    """The collision check counts hashes at C speed and passes a bucket of one repeated value
+    whole (benchmarks/bench_rewards.py times a returned list of 4 million zeros): colliding
+    unequal values among them, in one bucket or beside other shared hashes, are still found."""
+    import json
+
+    colliding = [k * MERSENNE for k in range(1, MAX_BUCKET_COLLISIONS + 2)]  # hash 0, like 0 itself
+    for body in (padding + colliding, colliding + padding, padding[:1000] + colliding + padding[1000:]):
+        for kind in ("list", "set", "frozenset", "tuple"):
+            with pytest.raises(HostileValue, match="colliding hashes"):
+                decode_values(json.dumps([[kind, body]]), 1)
+    # the same values without the collision decode as they are; 1, 1.0 and True stay apart
+    decoded = decode_values(json.dumps([["list", padding + [1, 1.0, True]], ["tuple", padding]]), 2)
+    assert decoded[0] == padding + [1, 1.0, True] and decoded[1] == tuple(padding)
+    assert [type(v) for v in decoded[0][-3:]] == [int, float, bool]
+
+
 def test_an_output_of_short_lines_is_judged_without_holding_its_lines(sandbox):
     size = 8 << 20
     flood = fenced(f"import sys\nsys.stdout.write('a\\n' * {size // 2})\n")
