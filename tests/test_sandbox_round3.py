@@ -394,8 +394,9 @@ def test_each_reused_sandbox_runs_as_a_host_uid_of_its_own(sandbox):
     with SandboxPool(workers=2, sandbox=sandbox, limits=SMALL) as workers:
         results = workers.run_many([(program, [Case()])] * 6)
         uids = {int(r[0].stdout) for r in results}
-        kept = {worker.uid for worker in workers._kept}
-    assert len(uids) == 2 and uids == kept and 65534 not in uids
+        kept = [uid for worker in workers._kept for uid in worker.uids_used]
+        starts = sum(worker.started for worker in workers._kept)
+    assert uids == set(kept) and len(kept) == starts and 65534 not in uids
 
 
 def test_the_host_channel_benchmark_runs_two_real_programs_side_by_side():

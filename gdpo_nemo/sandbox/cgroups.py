@@ -13,9 +13,9 @@ cgroup counts all of them for every process of one sandbox together:
 
 Where it is made (`CgroupRoot.detect`):
 - cgroup v1 (hybrid hierarchies, as on this project's CI machines), when the harness runs
-  as root: a directory `gdpo-sandbox-<pid>` inside the harness's own cgroup of each of the
-  memory, pids and cpu hierarchies (so the harness's own limits still apply), one
-  sub-directory per sandbox;
+  as root: a directory `gdpo-sandbox-<n>` (n leased host-wide, gdpo_nemo.sandbox.leases)
+  inside the harness's own cgroup of each of the memory, pids and cpu hierarchies (so the
+  harness's own limits still apply), one sub-directory per sandbox;
 - cgroup v2: the directory named by the environment variable GDPO_NEMO_SANDBOX_CGROUP, which
   must be writable and have `memory` and `pids` in its `cgroup.subtree_control` (a systemd
   unit with `Delegate=yes` gives one). v2 forbids processes in a cgroup with enabled
@@ -36,9 +36,13 @@ import threading
 import time
 from pathlib import Path
 
+from gdpo_nemo.sandbox import leases
 from gdpo_nemo.sandbox.limits import MIB, Limits
 
 CGROUP_ENV = "GDPO_NEMO_SANDBOX_CGROUP"
+# A harness's cgroup directories are `gdpo-sandbox-<n>`, n leased host-wide (not its pid: two
+# harnesses that are each pid 1 of their own PID namespace would share one).
+CGROUP_LEASE, CGROUP_LEASE_SPAN = "cgroup", 1_000_000_000
 V1_ROOT = Path("/sys/fs/cgroup")
 SANDBOX_OVERHEAD_BYTES = 128 * MIB
 PROCESS_OVERHEAD = 8
@@ -66,6 +70,17 @@ class SandboxCgroup:
         self.root = root
         self.directories = directories  # controller ("memory", "pids", "cpu", or "unified") -> dir
         self._limits: tuple | None = None
+        self._leases: list = []
+
+    def hold_until_removed(self, lease) -> None:
+        """Release `lease` (a sandbox's uid, gdpo_nemo.sandbox.leases) only once this cgroup is
+        gone, so no other sandbox gets the uid while a process of this one may still live."""
+        self._leases.append(lease)
+
+    def _release_leases(self) -> None:
+        leases, self._leases = self._leases, []
+        for lease in leases:
+            lease.release()
 
     @property
     def procs_files(self) -> list[str]:
@@ -123,7 +138,9 @@ class SandboxCgroup:
                 except OSError:
                     pass
         # Waiting: up to a second, for processes that were killed just now to be gone.
-        if not self._rmdir(tries=2000 if wait else 1):
+        if self._rmdir(tries=2000 if wait else 1):
+            self._release_leases()
+        else:
             self.root.defer(self)
 
     def _rmdir(self, tries: int) -> bool:
@@ -154,9 +171,10 @@ class SandboxCgroup:
 
 def _remove_stale(directory: Path) -> None:
     """Remove the cgroups of harnesses that died without cleaning up (killed, say), found
-    beside ours: `gdpo-sandbox-<pid>` whose pid is gone."""
+    beside ours: `gdpo-sandbox-<n>` whose lease (gdpo_nemo.sandbox.leases) nobody holds."""
     try:
-        stale = [d for d in directory.glob("gdpo-sandbox-*") if not Path(f"/proc/{d.name.rsplit('-', 1)[1]}").exists()]
+        stale = [d for d in directory.glob("gdpo-sandbox-*")
+                 if not (d.name.rsplit("-", 1)[1].isdigit() and leases.is_held(CGROUP_LEASE, int(d.name.rsplit("-", 1)[1])))]
     except OSError:
         return
     for parent in stale:
@@ -179,9 +197,10 @@ def _write(path: Path, value: object) -> None:
 class CgroupRoot:
     """Where this harness makes its sandboxes' cgroups; `detect()` finds it or says why not."""
 
-    def __init__(self, version: int, parents: dict[str, Path]):
+    def __init__(self, version: int, parents: dict[str, Path], lease=None):
         self.version = version
         self.parents = parents
+        self.lease = lease  # the host-wide lease on the parents' name (None for a dead harness's)
         self._names = itertools.count()
         self._lock = threading.Lock()
         self._deferred: list[SandboxCgroup] = []
@@ -210,7 +229,11 @@ class CgroupRoot:
             missing = {"memory", "pids"} - set(enabled)
             if missing or not os.access(directory, os.W_OK):
                 return None, f"{CGROUP_ENV}={delegated} must be writable with memory and pids enabled (missing {sorted(missing)})"
-            return cls._made(2, {"unified": directory / f"gdpo-sandbox-{os.getpid()}"})
+            try:
+                lease = leases.take(CGROUP_LEASE, CGROUP_LEASE_SPAN)
+            except leases.LeaseError as err:
+                return None, str(err)
+            return cls._made(2, {"unified": directory / f"gdpo-sandbox-{lease.number}"}, lease)
         if os.geteuid() != 0:
             return None, f"the harness is not root and {CGROUP_ENV} names no delegated cgroup v2 directory"
         parents = {}
@@ -221,12 +244,16 @@ class CgroupRoot:
                 if controller == "cpu":
                     continue
                 return None, f"no cgroup v1 {controller} hierarchy at {hierarchy} (cgroup v2 needs {CGROUP_ENV})"
-            parents[controller] = hierarchy / own.lstrip("/") / f"gdpo-sandbox-{os.getpid()}"
-        return cls._made(1, parents)
+            parents[controller] = hierarchy / own.lstrip("/")
+        try:
+            lease = leases.take(CGROUP_LEASE, CGROUP_LEASE_SPAN)
+        except leases.LeaseError as err:
+            return None, str(err)
+        return cls._made(1, {controller: parent / f"gdpo-sandbox-{lease.number}" for controller, parent in parents.items()}, lease)
 
     @classmethod
-    def _made(cls, version: int, parents: dict[str, Path]) -> tuple[CgroupRoot | None, str]:
-        root = cls(version, parents)
+    def _made(cls, version: int, parents: dict[str, Path], lease) -> tuple[CgroupRoot | None, str]:
+        root = cls(version, parents, lease)
         try:
             for parent in parents.values():
                 _remove_stale(parent.parent)
@@ -254,9 +281,10 @@ class CgroupRoot:
         return SandboxCgroup(self, directories)
 
     def close(self) -> None:
-        """Remove the per-harness directories (their sandboxes must be gone)."""
+        """Remove the per-harness directories (their sandboxes must be gone), then give back
+        the leases their sandboxes held and the parents' name."""
         with self._lock:
-            self._deferred = []
+            deferred, self._deferred = self._deferred, []
         for parent in self.parents.values():
             try:
                 for child in parent.iterdir():
@@ -266,3 +294,7 @@ class CgroupRoot:
                 parent.rmdir()
             except OSError:
                 pass
+        for cgroup in deferred:
+            cgroup._release_leases()
+        if self.lease is not None:
+            self.lease.release()

@@ -22,14 +22,13 @@ training process.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 
-from gdpo_nemo.sandbox import seccomp
+from gdpo_nemo.sandbox import leases, seccomp
 
 # Directories of the root file system made visible read-only when they exist.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -43,19 +42,24 @@ DEVICE_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
                 ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"))
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-# Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (a pool
-# worker's, or a one-off run's): far above the ranges of users, system accounts and
-# /etc/subuid's usual 100000-... blocks. The kernel's per-uid tables (pipe buffer pages, file
-# descriptors in flight over unix sockets, process counts) are then each sandbox's own.
+# Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (each start of
+# a pool worker's sandbox, each one-off run): far above the ranges of users, system accounts
+# and /etc/subuid's usual 100000-... blocks. The kernel's per-uid tables (pipe buffer pages,
+# file descriptors in flight over unix sockets, process counts) are then each sandbox's own.
+# Leased host-wide (gdpo_nemo.sandbox.leases): no two harness processes, in any PID namespace,
+# hold one uid at once.
 SANDBOX_UID_BASE = 1_800_000_000
 SANDBOX_UID_SPAN = 100_000_000
-_SANDBOX_UIDS = itertools.count((os.getpid() * 4096) % SANDBOX_UID_SPAN)
 
 
-def own_host_uid() -> int:
-    """A host uid that no other sandbox of this process runs as (`next` on the shared counter
-    is atomic under the GIL)."""
-    return SANDBOX_UID_BASE + next(_SANDBOX_UIDS) % SANDBOX_UID_SPAN
+def lease_host_uid() -> leases.Lease:
+    """A lease on a host uid no other sandbox of any harness on this host runs as now: the uid
+    is SANDBOX_UID_BASE + lease.number; release it once the sandbox's processes are gone."""
+    return leases.take("uid", SANDBOX_UID_SPAN)
+
+
+def leased_uid(lease: leases.Lease) -> int:
+    return SANDBOX_UID_BASE + lease.number
 
 
 # The unprivileged uid/gid used when the harness is root (Debian's "nobody"/"nogroup").

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from gdpo_nemo.sandbox._tree import empty_directory
 from gdpo_nemo.sandbox.cgroups import CgroupRoot, SandboxCgroup
-from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python, own_host_uid
+from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python, lease_host_uid, leased_uid
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.protocol import (
     Case,
@@ -87,7 +87,7 @@ class Sandbox:
         needs CPython >= 3.8.
     uid: unprivileged uid/gid to run programs as when the harness is root and the backend is
         "rlimits" (default 65534); ignored when the harness is not root. A root harness runs
-        each bubblewrap sandbox as a host uid of its own instead (`isolation.own_host_uid`).
+        each bubblewrap sandbox as a host uid of its own instead (`isolation.lease_host_uid`).
     cgroups: give each sandbox a cgroup bounding its memory, processes and CPU as a whole
         where the machine allows it (`cgroups.CgroupRoot.detect`; default True). Where it
         does not, bounds are per process and the Sandbox warns once.
@@ -232,23 +232,33 @@ class Sandbox:
             workdir = tempfile.mkdtemp(prefix="gdpo-sandbox-")
             if isolation.uid is not None:
                 os.chown(workdir, isolation.uid, isolation.uid)
+        lease = None
         try:
-            # bubblewrap as root: a host uid of its own, as a pool worker's sandbox has
-            uid = own_host_uid() if isolation.backend == "bwrap" and isolation.uid is not None else None
-            launch = isolation.launch(limits.tmp_bytes, workdir, uid=uid)
-            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge)
+            # bubblewrap as root: a host uid of its own, as each start of a pool worker's sandbox has
+            if isolation.backend == "bwrap" and isolation.uid is not None:
+                lease = lease_host_uid()
+            launch = isolation.launch(limits.tmp_bytes, workdir, uid=None if lease is None else leased_uid(lease))
+            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge, lease)
         finally:
             if workdir is not None:
                 _remove_tree(workdir)
 
-    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout, judge) -> list:
-        blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
-        cgroup = self.new_cgroup(limits, payload_bytes(blob))
+    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout, judge, lease=None) -> list:
+        """Run one job in a new sandbox; `lease` (its uid's) is given back once the sandbox's
+        processes are gone: with its cgroup, or, without one, when bwrap (the init of the
+        sandbox's PID namespace, whose end kills the rest) has been waited for."""
+        cgroup = None
         try:
+            blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
+            cgroup = self.new_cgroup(limits, payload_bytes(blob))
             return self._run_process(launch, cgroup, blob, cases, limits, judge)
         finally:
             if cgroup is not None:
+                if lease is not None:
+                    cgroup.hold_until_removed(lease)
                 cgroup.remove()
+            elif lease is not None:
+                lease.release()
 
     def _run_process(self, launch, cgroup, blob, cases, limits, judge) -> list:
         argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 
-from gdpo_nemo.sandbox.isolation import own_host_uid
+from gdpo_nemo.sandbox.isolation import lease_host_uid, leased_uid
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.protocol import Case, SandboxError, collect, job_blob, judged_reader, payload_bytes, read_report
 from gdpo_nemo.sandbox.runner import Sandbox, kill_group, run_deadline
@@ -44,11 +44,15 @@ class SandboxWorker:
         self.sandbox = sandbox
         self.tmp_bytes = tmp_bytes
         self._isolation = sandbox._get_isolation()
-        # A host uid of its own (when the harness is root): the kernel's per-uid tables (pipe
-        # buffer pages, file descriptors in flight over unix sockets, process counts) are then
-        # this worker's alone, so no program can fill them for a program in another worker.
-        self.uid = None if self._isolation.uid is None else own_host_uid()
-        self._launch = self._isolation.launch(tmp_bytes, None, uid=self.uid)
+        # Each start of the sandbox runs as a host uid of its own (when the harness is root),
+        # leased host-wide (isolation.lease_host_uid) and given back once that sandbox's
+        # processes are gone: the kernel's per-uid tables (pipe buffer pages, file descriptors
+        # in flight over unix sockets, process counts) are then that sandbox's alone, so no
+        # program can fill them for a program in another sandbox, of this harness or another.
+        self.uid: int | None = None  # the running sandbox's (None before a start, or not root)
+        self.uids_used: list[int] = []  # one per start, in order
+        self._lease = None
+        self._launch = self._isolation.launch(tmp_bytes, None)  # what jobs are built for (the uid is the start's)
         self._process: subprocess.Popen | None = None
         self._cgroup = None
         self._stderr = None
@@ -75,8 +79,18 @@ class SandboxWorker:
 
     def _start(self, limits: Limits, payload: int) -> None:
         self._stderr = tempfile.TemporaryFile()  # never blocks the driver, read on failure
-        self._cgroup = self.sandbox.new_cgroup(limits, payload)
-        argv = self._launch.argv if self._cgroup is None else self._cgroup.wrap(self._launch.argv)
+        launch = self._launch
+        if self._isolation.uid is not None:
+            self._lease = lease_host_uid()
+            self.uid = leased_uid(self._lease)
+            self.uids_used.append(self.uid)
+            launch = self._isolation.launch(self.tmp_bytes, None, uid=self.uid)
+        try:
+            self._cgroup = self.sandbox.new_cgroup(limits, payload)
+        except BaseException:
+            self._stop()  # gives the uid back
+            raise
+        argv = launch.argv if self._cgroup is None else self._cgroup.wrap(launch.argv)
         try:
             self._process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
@@ -133,19 +147,23 @@ class SandboxWorker:
         """End the sandbox now; its stderr (driver or bwrap diagnostics)."""
         process, self._process = self._process, None
         cgroup, self._cgroup = self._cgroup, None
-        if process is None:
-            if cgroup is not None:
-                cgroup.remove()
-            return b""
-        kill_group(process)
-        for stream in (process.stdin, process.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        process.wait()
+        lease, self._lease, self.uid = self._lease, None, None
+        if process is not None:
+            kill_group(process)
+            for stream in (process.stdin, process.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            process.wait()
         if cgroup is not None:
+            if lease is not None:  # given back once the cgroup is gone: no process of the uid is left
+                cgroup.hold_until_removed(lease)
             cgroup.remove()
+        elif lease is not None:  # bwrap, the init of the sandbox's PID namespace, was waited for
+            lease.release()
+        if process is None:
+            return b""
         self._stderr.seek(0)
         text = self._stderr.read()[-4000:]
         self._stderr.close()
