@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from gdpo_nemo.estimators import compute_advantages
+from gdpo_nemo.estimators.options import AdvantageOptions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,3 +116,25 @@ def test_rewards_whose_squares_overflow_are_refused_never_zeroed(estimator, layo
         rewards, ids = {k: v[order] for k, v in rewards.items()}, ids[order]
     with pytest.raises(ValueError, match=r"rewards\['a'\].*overflow"):
         compute_advantages(rewards, ids, estimator, preset="nemo_rl")
+
+
+@pytest.mark.parametrize("weight", [np.int64(2), np.float32(2.0), np.float64(2.0), torch.tensor(2.0), torch.tensor(2),
+                                    np.array(2.0)], ids=lambda w: f"{type(w).__module__}.{type(w).__name__}")
+def test_a_weight_given_as_a_numpy_or_torch_scalar_is_the_number_it_holds(weight):
+    """Issue 48: np.int64(2), np.float32(2.0) and torch.tensor(2.0) were refused as "not
+    finite numbers"; any real scalar is a weight, and trains exactly as the Python number."""
+    rewards = {"a": torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 1.0]), "b": torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 1.0])}
+    ids = torch.tensor([0, 0, 1, 1, 2, 2])
+    for estimator in ("gdpo", "grpo"):
+        expected = compute_advantages(rewards, ids, estimator, reward_weights={"a": 2.0})
+        assert torch.equal(compute_advantages(rewards, ids, estimator, reward_weights={"a": weight}), expected)
+    options = AdvantageOptions.resolve(None, reward_weights={"a": weight})
+    assert options.reward_weights == {"a": 2.0} and type(options.reward_weights["a"]) is float
+
+
+@pytest.mark.parametrize("weight", [True, np.bool_(True), torch.tensor(True), torch.tensor([2.0, 1.0]), float("nan"),
+                                    np.float32("inf"), complex(2, 0), "2"], ids=repr)
+def test_a_weight_that_is_no_finite_real_scalar_is_refused_naming_the_option(weight):
+    rewards = {"a": torch.tensor([0.0, 1.0]), "b": torch.tensor([1.0, 1.0])}
+    with pytest.raises(ValueError, match=r"reward_weights: .*expected finite numbers as weights"):
+        compute_advantages(rewards, torch.tensor([0, 0]), "gdpo", reward_weights={"a": weight})

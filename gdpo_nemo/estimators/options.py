@@ -10,6 +10,7 @@ docs/estimators.md.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
@@ -48,13 +49,28 @@ PRESETS: dict[str, dict[str, object]] = {
 }
 
 
+def _real_value(value: Any) -> float | None:
+    """`value` as a float when it is one finite real scalar (a Python, numpy or 0-d torch
+    number; never a bool, which is a flag, not a weight), else None."""
+    if isinstance(value, numbers.Real) and type(value).__name__ not in ("bool", "bool_"):
+        number = float(value)
+    elif getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        item = value.item()  # a 0-d torch tensor or numpy array
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            return None
+        number = float(item)
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return _real_value(value) is not None
 
 
 def weights_problem(weights: Any) -> str | None:
-    """None for a usable reward_weights value ({name: finite number} or None), else what is
-    accepted. The one check of its form; the names are checked against the components where
+    """None for a usable reward_weights value ({name: finite real scalar: a Python, numpy or
+    0-d torch number} or None), else what is accepted. The one check of its form; the names are checked against the components where
     they are known (compute_advantages, the config's reward set)."""
     if weights is None:
         return None
@@ -175,6 +191,8 @@ class AdvantageOptions:
         problems = self.problems()
         if problems:
             raise ValueError("; ".join(problems))
+        if self.reward_weights is not None:  # numpy and torch scalars become the floats they are
+            return replace(self, reward_weights={name: _real_value(w) for name, w in self.reward_weights.items()})
         return self
 
     def problems(self, prefix: str = "") -> list[str]:
