@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from gdpo_nemo.sandbox import leases, seccomp
+from gdpo_nemo.sandbox import leases, runtime, seccomp
 
 # Directories of the root file system made visible read-only when they exist.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -145,6 +145,9 @@ class Isolation:
         # Built once here so that an unknown machine fails before any program runs.
         self.seccomp_filter = seccomp.filter_program(inet=inet)
         self.seccomp_guard_sites = seccomp.guard_sites(self.seccomp_filter)
+        # What programs read of the host's files: a tmpfs copy made once per harness process
+        # (gdpo_nemo.sandbox.runtime), else the host's directories (`runtime_note` says why).
+        self.runtime, self.runtime_note = runtime.runtime_root(python) if backend == "bwrap" else (None, "")
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
 
     def _drop_privileges_prefix(self) -> list[str]:
@@ -180,16 +183,23 @@ class Isolation:
             "--die-with-parent", "--new-session", "--as-pid-1",
             "--hostname", "sandbox",
         ]
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
-        for path in ETC_FILES:
-            args += ["--ro-bind-try", path, path]
-        prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.python)))
-        if not any(prefix == d or prefix.startswith(d + "/") for d in SYSTEM_DIRS):
-            args += ["--ro-bind", prefix, prefix]
+        if self.runtime is not None:  # only the copy: every page a program can read stays resident
+            for path in SYSTEM_DIRS:
+                if os.path.islink(path):
+                    args += ["--symlink", os.readlink(path), path]
+            for top in self.runtime.tops:
+                args += ["--ro-bind", str(self.runtime.path / top), f"/{top}"]
+        else:
+            for path in SYSTEM_DIRS:
+                if os.path.islink(path):
+                    args += ["--symlink", os.readlink(path), path]
+                elif os.path.isdir(path):
+                    args += ["--ro-bind", path, path]
+            for path in ETC_FILES:
+                args += ["--ro-bind-try", path, path]
+            prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.python)))
+            if not any(prefix == d or prefix.startswith(d + "/") for d in SYSTEM_DIRS):
+                args += ["--ro-bind", prefix, prefix]
         for path in DEVICES:
             args += ["--dev-bind", path, path]
         for target, path in DEVICE_LINKS:

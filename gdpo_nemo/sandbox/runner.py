@@ -131,6 +131,9 @@ class Sandbox:
                 if self.cgroups:
                     self._cgroup_root = _shared_cgroup_root()
                 self._isolation = self._choose()
+                if self._isolation.backend == "bwrap" and self._isolation.runtime is None:
+                    warn_once("runtime", f"gdpo_nemo.sandbox: programs read the host's files ({self._isolation.runtime_note});"
+                               " their page cache is shared between sandboxes (docs/sandbox.md)")
             return self._isolation
 
     @property

@@ -60,6 +60,9 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
   TCP or UDP unless the Sandbox is made with `inet=True` (issue 35: TCP buffers escaped the
   sandbox's memory bound, and the host's ephemeral-port table and the namespace's protocol
   counters are shared state a program could move for another).
+- pushing pages towards swap (issue 46): `madvise` with MADV_COLD or MADV_PAGEOUT, and
+  `process_madvise`. The files a program can read are a tmpfs copy (gdpo_nemo.sandbox.runtime)
+  whose pages stay resident; swapping one out would make its residency a message again.
 - any other ABI than the native one (ENOSYS): i386 calls from x86_64 (`int 0x80`) and x32.
 
 Supported machines: x86_64 and aarch64; elsewhere `filter_program` raises.
@@ -88,12 +91,17 @@ _COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435, "pidfd_getfd": 438,
     "pidfd_send_signal": 424, "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447, "setxattrat": 463, "open_tree_attr": 467,
     "file_setattr": 469, "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456,
+    "process_madvise": 440,
 }
 # futex(2) ops must carry FUTEX_PRIVATE_FLAG: a shared futex is keyed by the file's inode and
 # offset, so waiters on a read-only shared mapping of a system file would be a channel
 # between concurrent sandboxes (issue 35, class 1).
 FUTEX_PRIVATE_FLAG = 128
 _FUTEX = {"x86_64": 202, "aarch64": 98}
+# madvise(2) advice that pushes pages towards swap (issue 46): the files programs read are in a
+# tmpfs (gdpo_nemo.sandbox.runtime), resident for good unless a page can be swapped out.
+MADV_COLD, MADV_PAGEOUT = 20, 21
+_MADVISE = {"x86_64": 28, "aarch64": 233}
 # The futex2 calls carry their flags behind pointers or per waiter: refused (ENOSYS; no C
 # library needs them yet).
 _FUTEX2 = ("futex_waitv", "futex_wake", "futex_wait", "futex_requeue")
@@ -193,6 +201,7 @@ def filter_program(machine: str | None = None, *, inet: bool = False) -> bytes:
     code += [(_JEQ_K, "socket", 0, table["socket"]), (_JEQ_K, "ret_nosys", 0, table["clone3"])]
     code += [(_JEQ_K, "ret_nosys", 0, table[name]) for name in _FUTEX2]
     code.append((_JEQ_K, "futex", 0, _FUTEX[machine]))
+    code.append((_JEQ_K, "madvise", 0, _MADVISE[machine]))
     code.append((_JEQ_K, "fcntl", 0, table["fcntl"]))
     code.append((_JEQ_K, "kill", 0, table["kill"]))
     code += [(_JEQ_K, "not_guarded", 0, table[name]) for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")]
@@ -226,6 +235,10 @@ def filter_program(machine: str | None = None, *, inet: bool = False) -> bytes:
     blocks["futex"] = [
         (_LD_W_ABS, 0, 0, _ARGS + 8),  # args[1]: the op
         (_JSET_K, "ret_allow", "ret_perm", FUTEX_PRIVATE_FLAG),
+    ]
+    blocks["madvise"] = [
+        (_LD_W_ABS, 0, 0, _ARGS + 16),  # args[2]: the advice
+        (_JEQ_K, "ret_perm", 0, MADV_COLD), (_JEQ_K, "ret_perm", 0, MADV_PAGEOUT), (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
     ]
     blocks["setpgid"] = [(_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     blocks["not_guarded"] = [(_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
