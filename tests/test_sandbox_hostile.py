@@ -105,7 +105,7 @@ def kills_parent(harness_pid: int) -> str:
 
 def daemon() -> str:
     return (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "import os, time\nif os.fork() == 0:\n    os.setpgid(0, 0)  # its own group (setsid is refused)\n    if os.fork() == 0:\n"
         f"        os.execv('/bin/sleep', ['sleep', '{MARKER}'])\n    os._exit(0)\ntime.sleep(0.3)\n"
     )
 

@@ -49,7 +49,7 @@ def test_files_a_program_leaves_are_gone_for_the_next(worker):
 
 
 def test_a_daemon_is_gone_before_the_next_program(worker):
-    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('left one')"
+    daemon = "import os, time\nif os.fork() == 0:\n    os.setpgid(0, 0)\n    time.sleep(60)\nprint('left one')"
     assert run(worker, daemon).status == "stray_process"
     assert run(worker, OTHER_PIDS).stdout == "[]\n"
 

@@ -217,10 +217,15 @@ def _namespace_state(work_dir):
 
 
 def _last_pid():
-    """The PID most recently handed out in this PID namespace (the last field of
-    /proc/loadavg, which the kernel reads from the reader's own PID namespace)."""
-    with open("/proc/loadavg", "rb") as handle:
-        return int(handle.read().split()[-1])
+    """The PID most recently handed out in this PID namespace (/proc/sys/kernel/ns_last_pid,
+    the reader's own namespace's; /proc/loadavg's last field says the same, but the sandbox
+    hides loadavg, a host-wide counter of threads running)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        with open("/proc/loadavg", "rb") as handle:
+            return int(handle.read().split()[-1])
 
 
 def _pid_max():

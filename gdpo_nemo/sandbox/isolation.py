@@ -40,6 +40,18 @@ ETC_FILES = ("/etc/ld.so.cache",)
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 DEVICE_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
                 ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"))
+# Host-wide counters under /proc that a program has no use for and that programs running at
+# the same time could signal each other through (issue 46: the locked-page count of vmstat,
+# 64 of 64 bits in 4.4 s; forks since boot in stat, about 10 bits/s; threads running in
+# loadavg): /dev/null is bound over each, so they read as empty files. What stays readable
+# is what the sandbox's own namespaces scope (its processes, its network) and what Python
+# itself needs (cpuinfo, self/...); the driver takes its PID namespace's last PID from
+# /proc/sys/kernel/ns_last_pid, not loadavg.
+HIDDEN_PROC = (
+    "vmstat", "stat", "loadavg", "meminfo", "zoneinfo", "buddyinfo", "pagetypeinfo", "interrupts", "softirqs",
+    "diskstats", "schedstat", "locks", "swaps", "vmallocinfo", "slabinfo", "key-users", "sys/fs/file-nr",
+    "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state", "sys/fs/aio-nr", "sys/kernel/random/entropy_avail",
+)
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (each start of
@@ -206,7 +218,13 @@ class Isolation:
             args += ["--symlink", target, path]
         # The new root is a tmpfs owned by the sandbox's uid: without this remount a program
         # could fill memory through / or /dev, around the size limit of /tmp.
-        args += ["--proc", "/proc", "--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
+        args += ["--proc", "/proc"]
+        # an empty file of the copy's (read-only); without the copy, /dev/null (read, it is empty too)
+        hide = ["--ro-bind", str(self.runtime.empty)] if self.runtime is not None else ["--dev-bind", "/dev/null"]
+        for name in HIDDEN_PROC:
+            if os.path.exists(f"/proc/{name}"):
+                args += [*hide, f"/proc/{name}"]
+        args += ["--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
         for key, value in scrubbed_env(SANDBOX_TMP).items():
             args += ["--setenv", key, value]
         return args

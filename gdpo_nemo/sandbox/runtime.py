@@ -59,7 +59,16 @@ class RuntimeRoot:
     bytes: int
     lease: leases.Lease
 
+    @property
+    def empty(self) -> Path:
+        """An empty file (bound over the /proc files the sandbox hides)."""
+        return self.path.parent / f"{self.path.name}.empty"
+
     def remove(self) -> None:
+        try:
+            self.empty.unlink()
+        except OSError:
+            pass
         shutil.rmtree(self.path, ignore_errors=True)
         self.lease.release()
 
@@ -185,7 +194,10 @@ def _build(python: str) -> tuple[RuntimeRoot | None, str]:
         lease.release()
         return None, f"cannot copy the interpreter into {root} ({err}): sandboxes read the host's files"
     tops = tuple(sorted(child.name for child in root.iterdir()))
-    return RuntimeRoot(root, tops, sum(sizes), lease), ""
+    made = RuntimeRoot(root, tops, sum(sizes), lease)
+    made.empty.write_bytes(b"")
+    made.empty.chmod(0o444)
+    return made, ""
 
 
 def _remove_stale() -> None:
@@ -198,3 +210,5 @@ def _remove_stale() -> None:
         number = path.name.rsplit("-", 1)[1]
         if number.isdigit() and not leases.is_held(LEASE_KIND, int(number)):
             shutil.rmtree(path, ignore_errors=True)
+        elif number.endswith(".empty") and number[:-6].isdigit() and not leases.is_held(LEASE_KIND, int(number[:-6])):
+            path.unlink(missing_ok=True)

@@ -63,6 +63,10 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
 - pushing pages towards swap (issue 46): `madvise` with MADV_COLD or MADV_PAGEOUT, and
   `process_madvise`. The files a program can read are a tmpfs copy (gdpo_nemo.sandbox.runtime)
   whose pages stay resident; swapping one out would make its residency a message again.
+- `setsid` (issue 46): each new session takes the next number of the host-wide autogroup
+  counter, which a program reads in /proc/self/autogroup after its own setsid (32 of 32 bits
+  in 3.2 s between concurrent sandboxes). The sandbox is a session of its own already
+  (bwrap's --new-session); a program can still make process groups of its own (`setpgid`).
 - any other ABI than the native one (ENOSYS): i386 calls from x86_64 (`int 0x80`) and x32.
 
 Supported machines: x86_64 and aarch64; elsewhere `filter_program` raises.
@@ -151,6 +155,7 @@ _X86_64 = {
     "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
     "flock": 73, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "inotify_rm_watch": 255,
     "io_setup": 206, "io_destroy": 207, "io_getevents": 208, "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333,
+    "setsid": 112,
 }
 _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/ioperm
     "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
@@ -162,7 +167,7 @@ _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/io
     "swapoff": 225, "acct": 89, "quotactl": 60, "name_to_handle_at": 264, "open_by_handle_at": 265, "kcmp": 272,
     "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88, "flock": 32, "inotify_init1": 26,
     "inotify_add_watch": 27, "inotify_rm_watch": 28, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
-    "io_getevents": 4, "io_pgetevents": 292,
+    "io_getevents": 4, "io_pgetevents": 292, "setsid": 157,
 }
 # machine -> (AUDIT_ARCH_* value, syscall table, whether the x32 bit must be refused)
 MACHINES = {
