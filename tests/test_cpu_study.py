@@ -18,8 +18,9 @@ import pytest
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
-from gdpo_nemo.runs import provenance, rundir
+from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.rundir import read_metrics
+from tests.support.studies import check_committed_pairs, copy_committed
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "paper_figures" / "cpu_study"
@@ -70,59 +71,17 @@ def test_the_runner_runs_a_study_seed_by_seed_so_an_interrupted_study_leaves_who
     assert sorted(p.name for p in (tmp_path / "configs").iterdir()) == sorted(f"{name}.yaml" for name in names)
 
 
-def tracked(folder: Path) -> list[str]:
-    """The files under `folder` that git tracks (relative to it): what a clean clone has,
-    whatever runs of the study are going on in this checkout."""
-    listed = subprocess.run(["git", "ls-files", "-z", str(folder)], cwd=REPO, capture_output=True, text=True, check=True)
-    return [str(Path(name).relative_to(folder.relative_to(REPO))) for name in listed.stdout.split("\0") if name]
-
-
-def committed_runs() -> list[Path]:
-    return sorted({STUDY / "runs" / name.split("/")[1] for name in tracked(STUDY) if name.startswith("runs/")})
-
-
 @pytest.fixture(scope="module")
 def committed_copy(tmp_path_factory) -> Path:
     """The committed study's files (a clean clone's), copied out of this checkout."""
-    import shutil
-
-    copy = tmp_path_factory.mktemp("committed") / "cpu_study"
-    for name in tracked(STUDY):
-        (copy / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(STUDY / name, copy / name)
-    return copy
+    return copy_committed(STUDY, tmp_path_factory.mktemp("committed") / "cpu_study")
 
 
 def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_provenance():
     """The study is committed seed pair by seed pair as it finishes (it may take several
     sittings): every committed run is finished, both methods of each seed are there, and all
     of them ran the same clean code, libraries and numerics, each pair from one warm start."""
-    runs = committed_runs()
-    seeds = sorted({int(p.name.rsplit("seed", 1)[1]) for p in runs})
-    assert len(seeds) >= 1, "the study's first seed pairs are committed"
-    assert [p.name for p in runs] == sorted(f"cpu_study__gsm8k__smollm2-135m__{a}__seed{s}" for a in ("gdpo", "grpo") for s in seeds)
-    files = tracked(STUDY)
-    assert not [name for name in files if "/checkpoints/" in name or name.startswith(".cache/")]
-    firsts = {}
-    for run in runs:
-        steps = [r["step"] for r in read_metrics(run) if "train/reward" in r]
-        assert steps == list(range(1, 31)), run.name
-        assert rundir.is_done(run)
-        assert any("validation/reward/correctness" in r for r in read_metrics(run))
-        (first, *resumes) = provenance.read(run)
-        assert provenance.differences([first, *resumes], ["start", *map(str, resumes)],
-                                      (*provenance.NUMBER_FIELDS, "start_weights")) == [], run.name
-        assert first["code"]["dirty"] is False and first["numerics"]["threads"] == 1
-        firsts[run.name] = first
-    assert provenance.differences(list(firsts.values()), list(firsts), provenance.NUMBER_FIELDS) == []
-    for seed in seeds:
-        pair = [firsts[f"cpu_study__gsm8k__smollm2-135m__{a}__seed{seed}"]["start_weights"] for a in ("grpo", "gdpo")]
-        assert pair[0] == pair[1]
-    for name in files:
-        if name.endswith((".yaml", ".log", ".json", ".md", ".csv")):
-            text = (STUDY / name).read_text()
-            for machine in ("/work/", "/root/", "/home/", "/tmp/"):
-                assert machine not in text, f"{name} names {machine}"
+    check_committed_pairs(STUDY, "cpu_study__gsm8k__smollm2-135m", steps=30)
 
 
 @pytest.mark.parametrize("table", ["training_summary", "paired"])

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.runs.rundir import read_metrics
 from gdpo_nemo.tasks import get_task
+from tests.support.studies import check_committed_pairs, committed_runs, copy_committed
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = range(10)
@@ -160,3 +162,39 @@ def test_a_run_whose_data_cannot_give_its_held_out_problems_stops_the_study_befo
     assert "found only" in printed and "fewer than limit=5000" in printed, printed[-3000:]
     assert not list(out.rglob("warm_start/*")), "a warm start was made before the data check"
     assert not list(out.rglob("metrics.jsonl"))
+
+
+STUDY = REPO / "paper_figures" / "tension_study"
+RUN_PREFIX = "tension_study__math__smollm2-135m"
+
+
+def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_provenance():
+    """Committed seed pair by seed pair as it finishes, from a clean checkout of the amended
+    pre-registration (paper_figures/tension_study/README.md), on native kernels as
+    scripts/tension_study.sh runs it; the GRPO run of each seed also validated the shared warm
+    start before its first update (the base row), and both validated after step 30."""
+    firsts = check_committed_pairs(STUDY, RUN_PREFIX, steps=30)
+    assert {first["numerics"]["cpu_numerics"] for first in firsts.values()} == {"native"}
+    for run in committed_runs(STUDY):
+        validated = [r["step"] for r in read_metrics(run) if "validation/exceed_rate" in r]
+        assert validated == ([0, 30] if "__grpo__" in run.name else [30]), run.name
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["grpo"]["max_val_samples"] == 640
+        assert config["gdpo"]["local"]["task_options"]["validation_percent"] == 25
+
+
+@pytest.fixture(scope="module")
+def committed_copy(tmp_path_factory) -> Path:
+    return copy_committed(STUDY, tmp_path_factory.mktemp("committed") / "tension_study")
+
+
+@pytest.mark.parametrize("table", ["table3_heldout", "paired"])
+def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table, committed_copy):
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(committed_copy / "runs"),
+                           "--experiment", "tension_study", "--out", str(tmp_path), "--no-cache", "--quiet"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh = pd.read_csv(tmp_path / "tables" / f"{table}.csv")
+    committed = pd.read_csv(STUDY / "report" / "tables" / f"{table}.csv")
+    pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
+    assert (tmp_path / "tables" / f"{table}.md").read_text() == (STUDY / "report" / "tables" / f"{table}.md").read_text()
