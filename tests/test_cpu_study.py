@@ -13,14 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.rundir import read_metrics
-from tests.support.studies import check_committed_pairs, copy_committed
+from tests.support.studies import check_committed_pairs, check_committed_report, copy_committed
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "paper_figures" / "cpu_study"
@@ -86,14 +85,7 @@ def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_pr
 
 @pytest.mark.parametrize("table", ["training_summary", "paired"])
 def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table, committed_copy):
-    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(committed_copy / "runs"),
-                           "--experiment", "cpu_study", "--out", str(tmp_path), "--no-cache", "--quiet"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    fresh = pd.read_csv(tmp_path / "tables" / f"{table}.csv")
-    committed = pd.read_csv(STUDY / "report" / "tables" / f"{table}.csv")
-    pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
-    assert (tmp_path / "tables" / f"{table}.md").read_text() == (STUDY / "report" / "tables" / f"{table}.md").read_text()
+    check_committed_report(STUDY, "cpu_study", table, committed_copy, tmp_path)
 
 
 def _processes_in(folder: Path) -> list[int]:

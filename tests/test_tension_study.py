@@ -23,7 +23,7 @@ from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.runs.rundir import read_metrics
 from gdpo_nemo.tasks import get_task
-from tests.support.studies import check_committed_pairs, committed_runs, copy_committed
+from tests.support.studies import check_committed_pairs, check_committed_report, committed_runs, copy_committed
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = range(10)
@@ -190,11 +190,4 @@ def committed_copy(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("table", ["table3_heldout", "paired"])
 def test_the_committed_report_is_what_the_report_computes_from_the_committed_runs(tmp_path, table, committed_copy):
-    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(committed_copy / "runs"),
-                           "--experiment", "tension_study", "--out", str(tmp_path), "--no-cache", "--quiet"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    fresh = pd.read_csv(tmp_path / "tables" / f"{table}.csv")
-    committed = pd.read_csv(STUDY / "report" / "tables" / f"{table}.csv")
-    pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
-    assert (tmp_path / "tables" / f"{table}.md").read_text() == (STUDY / "report" / "tables" / f"{table}.md").read_text()
+    check_committed_report(STUDY, "tension_study", table, committed_copy, tmp_path)

@@ -68,3 +68,20 @@ def check_committed_pairs(folder: Path, run_prefix: str, steps: int) -> dict:
             for machine in ("/work/", "/root/", "/home/", "/tmp/"):
                 assert machine not in text, f"{name} names {machine}"
     return firsts
+
+
+def check_committed_report(folder: Path, experiment: str, table: str, committed_copy: Path, out: Path) -> None:
+    """Assert that `gdpo-nemo report` on the committed runs (a clean clone's copy) gives the
+    committed report's `table` (its CSV to 1e-9, its Markdown byte for byte)."""
+    import sys
+
+    import pandas as pd
+
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "report", "--source", str(committed_copy / "runs"),
+                           "--experiment", experiment, "--out", str(out), "--no-cache", "--quiet"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh = pd.read_csv(out / "tables" / f"{table}.csv")
+    committed = pd.read_csv(folder / "report" / "tables" / f"{table}.csv")
+    pd.testing.assert_frame_equal(fresh, committed, check_exact=False, rtol=1e-9)
+    assert (out / "tables" / f"{table}.md").read_text() == (folder / "report" / "tables" / f"{table}.md").read_text()
