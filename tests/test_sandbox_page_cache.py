@@ -174,3 +174,48 @@ def test_no_probe_reads_anything_a_sender_did_to_the_files_programs_can_read(con
         assert seen["pagemap"] in (None, [1] * 15), seen
         # timing: all reads are page-cache hits; what a median cut decodes is chance
         assert _agreement(_timing_bits(seen["ns"]), pattern) <= 0.75, (pattern, seen["ns"])
+
+
+ASK = """
+import json, sys
+from gdpo_nemo.sandbox.runtime import runtime_root
+root, why = runtime_root("/usr/bin/python3" if len(sys.argv) < 2 else sys.argv[1])
+print(json.dumps({"path": str(root.path) if root else None, "why": why, "tops": list(root.tops) if root else []}))
+sys.stdin.read()  # holds the copy until told to stop
+"""
+
+
+def test_one_copy_per_host_and_interpreter_serves_every_harness_and_an_unused_old_one_goes(tmp_path):
+    """Harness processes share one copy (the first builds it, the others find it); a copy of
+    another interpreter that a live harness holds stays, one nobody holds is removed."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gdpo_nemo.sandbox import leases, runtime
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    unused, held = (runtime.SHM / f"gdpo-nemo-runtime-{name}" for name in ("0000aaaa0000aaaa", "0000bbbb0000bbbb"))
+    for old in (unused, held):
+        (old / "usr").mkdir(parents=True, exist_ok=True)
+    leases.lease_dir().mkdir(parents=True, exist_ok=True)
+    holder = os.open(leases.lease_dir() / "runtime-0000bbbb0000bbbb.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_SH)  # a live harness of another interpreter
+    harnesses = [subprocess.Popen([sys.executable, "-c", ASK], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=env) for _ in range(2)]
+    try:
+        seen = [json.loads(h.stdout.readline()) for h in harnesses]
+        assert seen[0]["path"] == seen[1]["path"] is not None and seen[0]["why"] == "", seen
+        assert set(seen[0]["tops"]) >= {"usr", "etc"}
+        assert not unused.exists() and held.exists()
+    finally:
+        for h in harnesses:
+            h.stdin.close()
+            h.wait()
+        os.close(holder)
+        import shutil
+
+        shutil.rmtree(held, ignore_errors=True)
+        shutil.rmtree(unused, ignore_errors=True)

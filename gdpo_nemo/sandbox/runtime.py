@@ -7,8 +7,8 @@ program that could not read which pages were cached without changing anything (a
 read, its own page map, or read timing alone: about 2 us cached against 110 us not) and printed
 the answer it was sent, in concurrent sandboxes, in later ones and from another harness process.
 
-So a bubblewrap sandbox now sees, of the host's files, only a copy made once per harness process
-(`RuntimeRoot`) in a tmpfs (/dev/shm): the interpreter, the shared libraries it and its
+So a bubblewrap sandbox now sees, of the host's files, only a copy made once per host and
+interpreter (`RuntimeRoot`) in a tmpfs (/dev/shm): the interpreter, the shared libraries it and its
 extension modules load (their `ldd` closure, the dynamic loader included), its standard library
 (without the CPython test suite), a few programs a Python program may start (`sh`, `env`,
 `sleep`, `cat`, `true`, `false`) and /etc/ld.so.cache, each at its host path. A tmpfs holds its
@@ -19,16 +19,23 @@ every file a program can open is therefore resident, always, whatever any progra
 probes, page maps and read timings say nothing about another program. The copy is read-only to
 programs (bound read-only, and owned by root).
 
-The copy lives under /dev/shm/gdpo-nemo-runtime-<n>, n leased host-wide
-(gdpo_nemo.sandbox.leases): removed when the harness process exits, and a copy whose lease
-nobody holds (its harness was killed) is removed by the next harness that makes one. Where it
-cannot be made (no /dev/shm, no room, no `ldd`), sandboxes bind the host's directories as before
-and `RuntimeRoot.build` says why (`Sandbox` reports it once).
+One copy per interpreter per host, shared by every harness process that uses it: it lives
+under /dev/shm/gdpo-nemo-runtime-<key>, the key a digest of the interpreter's identity (its path,
+the size and time of its binary and of its standard library's os.py), so an upgraded
+interpreter gets a copy of its own. The first harness to take its lock (gdpo_nemo.sandbox.leases'
+directory, `runtime-<key>.lock`) exclusively without waiting builds it and marks it complete;
+the others wait for a shared lock, find the mark and use the copy. Each user holds the lock
+shared for its life (the kernel drops it with the process, however it ends), so a copy of another key that
+nobody holds (an interpreter since upgraded) is removed by the next harness that looks; a copy
+in use, or of the current key, stays (about 70 MiB a Python, until the host reboots). Where
+it cannot be made (no /dev/shm, no room, no `ldd`), sandboxes bind the host's directories as
+before and `Sandbox` warns once with why.
 """
 
 from __future__ import annotations
 
-import atexit
+import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -40,7 +47,7 @@ from pathlib import Path
 from gdpo_nemo.sandbox import leases
 
 SHM = Path("/dev/shm")
-LEASE_KIND, LEASE_SPAN = "runtime", 1_000_000
+FORMAT = 1  # the copy's layout: a change here gives every interpreter a new key
 # Programs a sandboxed Python program may start besides the interpreter (shutil.which'd on the host).
 PROGRAMS = ("sh", "env", "sleep", "cat", "true", "false")
 ETC_FILES = ("/etc/ld.so.cache",)
@@ -49,28 +56,23 @@ SKIPPED_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip")
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 
 
+COMPLETE = ".complete"
+
+
 @dataclass
 class RuntimeRoot:
     """A copy of what programs read, mirrored at host paths under `path`; `tops` are the
-    top-level directories it holds (bound at the same names in the sandbox)."""
+    top-level directories it holds (bound at the same names in the sandbox); `empty` an empty
+    file beside it (bound over the /proc files the sandbox hides)."""
 
     path: Path
     tops: tuple[str, ...]
     bytes: int
-    lease: leases.Lease
+    hold: int  # the descriptor of this process's shared lock on the copy
 
     @property
     def empty(self) -> Path:
-        """An empty file (bound over the /proc files the sandbox hides)."""
-        return self.path.parent / f"{self.path.name}.empty"
-
-    def remove(self) -> None:
-        try:
-            self.empty.unlink()
-        except OSError:
-            pass
-        shutil.rmtree(self.path, ignore_errors=True)
-        self.lease.release()
+        return self.path / COMPLETE  # empty, read-only, made last
 
 
 _BUILT: dict[str, tuple[RuntimeRoot | None, str]] = {}
@@ -78,15 +80,53 @@ _LOCK = threading.Lock()
 
 
 def runtime_root(python: str) -> tuple[RuntimeRoot | None, str]:
-    """The harness process's copy for interpreter `python` (made on first use), or (None, why
-    it could not be made)."""
+    """The host's copy for interpreter `python` (built by the first harness that needs it), or
+    (None, why it could not be had). Asked once per process and interpreter."""
     with _LOCK:
         if python not in _BUILT:
-            _BUILT[python] = _build(python)
-            root = _BUILT[python][0]
-            if root is not None:
-                atexit.register(root.remove)
+            _BUILT[python] = _shared(python)
         return _BUILT[python]
+
+
+def _key(python: str, stdlib: str) -> str:
+    real = os.path.realpath(python)
+    facts = [real]
+    for path in (real, os.path.join(stdlib, "os.py")):
+        try:
+            info = os.stat(path)
+            facts += [str(info.st_size), str(info.st_mtime_ns)]
+        except OSError:
+            facts.append("-")
+    facts += [stdlib, *PROGRAMS, *SKIPPED_STDLIB, str(FORMAT)]
+    return hashlib.sha256("\0".join(facts).encode()).hexdigest()[:16]
+
+
+def _shared(python: str) -> tuple[RuntimeRoot | None, str]:
+    if not SHM.is_dir() or shutil.which("ldd") is None:
+        return None, f"no {SHM} or no ldd: sandboxes read the host's files (their page cache is shared)"
+    try:
+        stdlib, dynload = _interpreter_facts(python)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"cannot ask {python} where its standard library is ({err})"
+    key = _key(python, stdlib)
+    root = SHM / f"gdpo-nemo-runtime-{key}"
+    try:
+        locks = leases.lease_dir()
+        locks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        hold = os.open(locks / f"runtime-{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        return None, f"cannot lock the interpreter's copy ({err}): sandboxes read the host's files"
+    try:
+        built, why = _hold(hold, python, stdlib, dynload, root)
+    except OSError as err:
+        built, why = False, f"cannot lock the interpreter's copy ({err}): sandboxes read the host's files"
+    if not built:
+        os.close(hold)
+        return None, why
+    _remove_unused(key)
+    tops = tuple(sorted(child.name for child in root.iterdir() if child.is_dir()))
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return RuntimeRoot(root, tops, size, hold), ""
 
 
 def _interpreter_facts(python: str) -> tuple[str, str]:
@@ -150,19 +190,39 @@ def _real_parents(path: str, root: Path, sizes: list[int]) -> None:
             _place(prefix, root, sizes)
 
 
-def _build(python: str) -> tuple[RuntimeRoot | None, str]:
-    if not SHM.is_dir() or shutil.which("ldd") is None:
-        return None, f"no {SHM} or no ldd: sandboxes read the host's files (their page cache is shared)"
-    try:
-        stdlib, dynload = _interpreter_facts(python)
-    except (OSError, subprocess.SubprocessError) as err:
-        return None, f"cannot ask {python} where its standard library is ({err})"
-    _remove_stale()
-    try:
-        lease = leases.take(LEASE_KIND, LEASE_SPAN)
-    except leases.LeaseError as err:
-        return None, str(err)
-    root = SHM / f"gdpo-nemo-runtime-{lease.number}"
+def _hold(hold: int, python: str, stdlib: str, dynload: str, root: Path) -> tuple[bool, str]:
+    """Hold a shared lock on a complete copy at `root` through descriptor `hold`, building it
+    first when nobody has: (True, "") or (False, why not). Users hold the lock shared for
+    life, so nobody waits for an exclusive lock while a copy is in use: the builder is whoever
+    gets it without waiting; everyone else waits, shared, for the builder to finish."""
+    for _ in range(3):
+        if (root / COMPLETE).is_file():
+            fcntl.flock(hold, fcntl.LOCK_SH)  # waits only while a builder holds it
+            if (root / COMPLETE).is_file():
+                return True, ""
+            fcntl.flock(hold, fcntl.LOCK_UN)
+            continue
+        try:
+            fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # someone builds it (or uses a copy just made): wait for them
+            fcntl.flock(hold, fcntl.LOCK_SH)
+            if (root / COMPLETE).is_file():
+                return True, ""
+            fcntl.flock(hold, fcntl.LOCK_UN)  # their build failed: try ourselves
+            continue
+        if not (root / COMPLETE).is_file():
+            built, why = _build(python, stdlib, dynload, root)
+            if not built:
+                fcntl.flock(hold, fcntl.LOCK_UN)
+                return False, why
+        fcntl.flock(hold, fcntl.LOCK_SH)  # in use while this process lives
+        return True, ""
+    return False, f"the copy at {root} could not be built by this harness or another"
+
+
+def _build(python: str, stdlib: str, dynload: str, root: Path) -> tuple[bool, str]:
+    """Make the copy at `root` (anything there is an unfinished build: replaced), marked
+    complete last; (True, "") or (False, why not)."""
     sizes: list[int] = []
     try:
         shutil.rmtree(root, ignore_errors=True)
@@ -178,7 +238,6 @@ def _build(python: str) -> tuple[RuntimeRoot | None, str]:
         _real_parents(stdlib, root, sizes)
         shutil.copytree(stdlib, target, symlinks=True, ignore=lambda d, names: ignore(d, names) if d == stdlib else set(),
                         dirs_exist_ok=True)
-        sizes.extend(p.stat().st_size for p in target.rglob("*") if p.is_file() and not p.is_symlink())
         extensions = [str(p) for p in Path(dynload).glob("*.so")] if dynload else []
         extensions += [str(p) for p in Path(stdlib).glob("lib-dynload/*.so")]
         for library in sorted(_shared_libraries(executables + extensions)):
@@ -189,26 +248,33 @@ def _build(python: str) -> tuple[RuntimeRoot | None, str]:
                 _place(path, root, sizes)
         for directory, _, _ in os.walk(root):
             os.chmod(directory, 0o755)
+        (root / COMPLETE).write_bytes(b"")
+        (root / COMPLETE).chmod(0o444)
     except OSError as err:
         shutil.rmtree(root, ignore_errors=True)
-        lease.release()
-        return None, f"cannot copy the interpreter into {root} ({err}): sandboxes read the host's files"
-    tops = tuple(sorted(child.name for child in root.iterdir()))
-    made = RuntimeRoot(root, tops, sum(sizes), lease)
-    made.empty.write_bytes(b"")
-    made.empty.chmod(0o444)
-    return made, ""
+        return False, f"cannot copy the interpreter into {root} ({err}): sandboxes read the host's files"
+    return True, ""
 
 
-def _remove_stale() -> None:
-    """Remove the copies of harnesses that died without cleaning up (their lease is free)."""
+def _remove_unused(key: str) -> None:
+    """Remove the copies of other keys (interpreters since upgraded or gone) that no harness
+    holds: their lock can be taken exclusively without waiting."""
     try:
-        found = list(SHM.glob("gdpo-nemo-runtime-*"))
+        found = [path for path in SHM.glob("gdpo-nemo-runtime-*") if path.name.rsplit("-", 1)[1] != key]
     except OSError:
         return
     for path in found:
-        number = path.name.rsplit("-", 1)[1]
-        if number.isdigit() and not leases.is_held(LEASE_KIND, int(number)):
+        lock = leases.lease_dir() / f"runtime-{path.name.rsplit('-', 1)[1]}.lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # in use
+        try:
             shutil.rmtree(path, ignore_errors=True)
-        elif number.endswith(".empty") and number[:-6].isdigit() and not leases.is_held(LEASE_KIND, int(number[:-6])):
-            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
