@@ -116,3 +116,20 @@ def test_two_harnesses_that_are_each_pid_1_of_their_namespace_share_no_uid_and_n
         assert not set(s["reused"]) & set(s["one_off"])
     if seen[0]["cgroups"]:
         assert seen[0]["cgroups"] != seen[1]["cgroups"]
+
+
+def test_files_left_by_killed_holders_are_swept_and_held_ones_kept(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "0"
+        for number in (5, 6, 7):  # what killed harnesses leave: files nobody holds
+            (tmp_path / f"uid-{number}").write_text("")
+        leases._SWEPT.discard((tmp_path, "uid"))
+        mine = leases.take("uid", 100, directory=tmp_path)
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted({"uid-0", f"uid-{mine.number}"}), left  # the holder's stays
+        mine.release()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -78,6 +78,34 @@ def _path(directory: Path, kind: str, number: int) -> Path:
     return directory / f"{kind}-{number}"
 
 
+_SWEPT: set = set()
+
+
+def _sweep(directory: Path, kind: str) -> None:
+    """Unlink the files of `kind` nobody holds (left by harnesses that were killed), once per
+    process and directory: each is locked first, so a file in use is never touched, and a
+    taker that opened one just before it went finds it gone (its inode check) and moves on."""
+    if (directory, kind) in _SWEPT:
+        return
+    _SWEPT.add((directory, kind))
+    try:
+        found = list(directory.glob(f"{kind}-*"))
+    except OSError:
+        return
+    for path in found:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:
     """A lease on a number in [0, span) of `kind` that no other holder (of any process that
     sees the same directory) has now. Raises LeaseError when none can be taken."""
@@ -88,6 +116,7 @@ def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise LeaseError(err.errno, f"cannot make the lease directory {directory} ({err.strerror}); set {LEASE_ENV}") from err
+    _sweep(directory, kind)
     start = secrets.randbelow(span)
     for offset in range(min(span, 1 << 16)):
         number = (start + offset) % span
