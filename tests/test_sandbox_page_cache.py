@@ -219,3 +219,5 @@ def test_one_copy_per_host_and_interpreter_serves_every_harness_and_an_unused_ol
 
         shutil.rmtree(held, ignore_errors=True)
         shutil.rmtree(unused, ignore_errors=True)
+        (leases.lease_dir() / "runtime-0000bbbb0000bbbb.lock").unlink(missing_ok=True)
+    assert not (leases.lease_dir() / "runtime-0000aaaa0000aaaa.lock").exists()  # removed with its copy

@@ -276,5 +276,6 @@ def _remove_unused(key: str) -> None:
             continue  # in use
         try:
             shutil.rmtree(path, ignore_errors=True)
+            lock.unlink(missing_ok=True)
         finally:
             os.close(fd)
