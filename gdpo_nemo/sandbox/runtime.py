@@ -67,7 +67,6 @@ class RuntimeRoot:
 
     path: Path
     tops: tuple[str, ...]
-    bytes: int
     hold: int  # the descriptor of this process's shared lock on the copy
 
     @property
@@ -125,8 +124,7 @@ def _shared(python: str) -> tuple[RuntimeRoot | None, str]:
         return None, why
     _remove_unused(key)
     tops = tuple(sorted(child.name for child in root.iterdir() if child.is_dir()))
-    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
-    return RuntimeRoot(root, tops, size, hold), ""
+    return RuntimeRoot(root, tops, hold), ""
 
 
 def _interpreter_facts(python: str) -> tuple[str, str]:
@@ -163,7 +161,7 @@ def _untop(path: str) -> str:
     return path
 
 
-def _place(source: str, root: Path, sizes: list[int]) -> None:
+def _place(source: str, root: Path) -> None:
     """Copy host path `source` to root/source: a symlink as a symlink (and what it points to),
     a file with its mode."""
     source = _untop(source)
@@ -174,20 +172,19 @@ def _place(source: str, root: Path, sizes: list[int]) -> None:
     if os.path.islink(source):
         link = os.readlink(source)
         os.symlink(link, target)
-        _place(os.path.normpath(os.path.join(os.path.dirname(source), link)), root, sizes)
+        _place(os.path.normpath(os.path.join(os.path.dirname(source), link)), root)
     elif os.path.isfile(source):
         shutil.copy2(source, target, follow_symlinks=False)
-        sizes.append(target.stat().st_size)
 
 
-def _real_parents(path: str, root: Path, sizes: list[int]) -> None:
+def _real_parents(path: str, root: Path) -> None:
     """Mirror the symlinked directories on the way to `path` (/lib -> usr/lib): the host's
     top-level links are recreated by the sandbox itself, deeper ones here."""
     parts = Path(_untop(path)).parts
     for depth in range(2, len(parts)):
         prefix = str(Path(*parts[:depth]))
         if os.path.islink(prefix) and depth > 2:
-            _place(prefix, root, sizes)
+            _place(prefix, root)
 
 
 def _hold(hold: int, python: str, stdlib: str, dynload: str, root: Path) -> tuple[bool, str]:
@@ -223,29 +220,28 @@ def _hold(hold: int, python: str, stdlib: str, dynload: str, root: Path) -> tupl
 def _build(python: str, stdlib: str, dynload: str, root: Path) -> tuple[bool, str]:
     """Make the copy at `root` (anything there is an unfinished build: replaced), marked
     complete last; (True, "") or (False, why not)."""
-    sizes: list[int] = []
     try:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(mode=0o755)
         executables = [os.path.realpath(python)] + [p for p in (shutil.which(name) for name in PROGRAMS) if p]
         for path in [python, *executables]:
-            _real_parents(path, root, sizes)
-            _place(path, root, sizes)
+            _real_parents(path, root)
+            _place(path, root)
         # the standard library, without the test suite
         ignore = shutil.ignore_patterns(*SKIPPED_STDLIB)
         stdlib = _untop(stdlib)
         target = root / stdlib.lstrip("/")
-        _real_parents(stdlib, root, sizes)
+        _real_parents(stdlib, root)
         shutil.copytree(stdlib, target, symlinks=True, ignore=lambda d, names: ignore(d, names) if d == stdlib else set(),
                         dirs_exist_ok=True)
         extensions = [str(p) for p in Path(dynload).glob("*.so")] if dynload else []
         extensions += [str(p) for p in Path(stdlib).glob("lib-dynload/*.so")]
         for library in sorted(_shared_libraries(executables + extensions)):
-            _real_parents(library, root, sizes)
-            _place(library, root, sizes)
+            _real_parents(library, root)
+            _place(library, root)
         for path in ETC_FILES:
             if os.path.exists(path):
-                _place(path, root, sizes)
+                _place(path, root)
         for directory, _, _ in os.walk(root):
             os.chmod(directory, 0o755)
         (root / COMPLETE).write_bytes(b"")

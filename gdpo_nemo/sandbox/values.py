@@ -54,14 +54,11 @@ class _Budget:
             if len(counts) == len(members):
                 return
             shared = {key for key, count in counts.items() if count > 1}
-            if len(shared) == 1:
-                first = members[0] if hashes[0] in shared else members[hashes.index(next(iter(shared)))]
-                alike = [m for m, key in zip(members, hashes) if key in shared] if len(counts) > 1 else members
-                if alike.count(first) == len(alike) and set(map(type, alike)) == {type(first)}:
-                    return
-                members = alike
-            else:
+            if len(shared) < len(counts):
                 members = [m for m, key in zip(members, hashes) if key in shared]
+            first = members[0]
+            if len(shared) == 1 and members.count(first) == len(members) and set(map(type, members)) == {type(first)}:
+                return
         buckets: dict[int, list] = {}
         for member in members:
             try:
