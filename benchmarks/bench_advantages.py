@@ -12,14 +12,22 @@ times the same call with the CPU kernel (gdpo_nemo.estimators.kernel, numba) swi
 torch ops that run on CUDA or without numba. On a shared machine compare mins, and note
 the load (`uptime`).
 
-    PYTHONPATH=. python benchmarks/bench_advantages.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_advantages.py [--quick] [--leave-one-out]
+
+--leave-one-out (issue 48) times leave-one-out instead, the general path's, at 8,192 / 65,536 /
+524,288 samples (groups of 16, 3 binary rewards, nemo_rl preset, one thread), beside NeMo RL's
+own estimators on the same batch (benchmarks/peers/nemo_rl_leave_one_out.py in .venv-nemo,
+`scripts/setup.sh --all`), and prints the growth per 8x samples (8x = linear).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 
@@ -60,10 +68,55 @@ def bandwidth_bound(rewards: dict, repeats: int) -> tuple[float, float]:
     return warm, big_time * nbytes / (big.numel() * big.element_size())
 
 
+REPO = Path(__file__).resolve().parents[1]
+LEAVE_ONE_OUT_SIZES = (8_192, 65_536, 524_288)
+
+
+def nemo_rl_leave_one_out(sizes) -> dict:
+    """{(samples, estimator): seconds} of NeMo RL's own estimators, from its venv ({} without it)."""
+    python = REPO / ".venv-nemo" / "bin" / "python"
+    if not python.exists():
+        print("NeMo RL's own: .venv-nemo missing (scripts/setup.sh --all makes it); not timed")
+        return {}
+    proc = subprocess.run([str(python), str(REPO / "benchmarks/peers/nemo_rl_leave_one_out.py"), *map(str, sizes)],
+                          capture_output=True, text=True, timeout=3600, cwd=REPO)
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            found[(row["samples"], row["estimator"])] = row["seconds"]
+    if proc.returncode:
+        print(f"NeMo RL's own stopped (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    return found
+
+
+def leave_one_out() -> None:
+    torch.set_num_threads(1)
+    print("leave-one-out, nemo_rl preset, groups of 16, 3 binary rewards, 1 thread (general path)")
+    theirs = nemo_rl_leave_one_out(LEAVE_ONE_OUT_SIZES)
+    print(f"{'samples':>9}{'estimator':>10}{'ours median':>13}{'ours min':>10}{'NeMo RL':>11}{'NeMo RL/ours':>14}")
+    previous: dict = {}
+    for samples in LEAVE_ONE_OUT_SIZES:
+        rewards, group_ids = make_batch(samples // 16, 16, 3)
+        for estimator in ("gdpo", "grpo"):
+            repeats = 20 if samples <= 65_536 else 5
+            median, low = timings(lambda: compute_advantages(rewards, group_ids, estimator, preset="nemo_rl",
+                                                             leave_one_out=True), repeats)
+            peer = theirs.get((samples, estimator))
+            growth = f"  x{low / previous[estimator]:.1f} per 8x samples" if estimator in previous else ""
+            previous[estimator] = low
+            peer_text = f"{peer * 1e3:>9.0f}ms{peer / low:>13.0f}x" if peer is not None else f"{'-':>11}{'-':>14}"
+            print(f"{samples:>9,}{estimator:>10}{median * 1e3:>11.1f}ms{low * 1e3:>8.1f}ms{peer_text}{growth}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 1M-sample loop (it takes a while)")
+    parser.add_argument("--leave-one-out", action="store_true", help="time leave-one-out beside NeMo RL's own instead")
     args = parser.parse_args()
+    if args.leave_one_out:
+        leave_one_out()
+        return
     # (label, prompts, G, rewards, repeats of ours, repeats of the loop, torch threads): small
     # batches are dispatch-bound, so one intra-op thread is fastest for them.
     settings = [("8,192 = 512 prompts x 16 x 3 rewards", 512, 16, 3, 200, 3, 1)]

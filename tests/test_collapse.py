@@ -140,19 +140,35 @@ def test_collapse_figures_command_writes_fig2_table_and_fig3(tmp_path, monkeypat
         assert (tmp_path / f"fig3_advantage_groups{suffix}").stat().st_size > 10_000
 
 
-def test_a_group_that_is_one_value_up_to_float_residue_has_no_signal_everywhere():
+def test_a_group_that_is_one_value_has_no_signal_everywhere_and_one_unit_apart_is_signal():
     """The estimators, zero_std_fraction and NeMo RL's dynamic-sampling spread read groups
-    through one helper (gdpo_nemo.estimators.groups): they agree on what a constant group is."""
-    from gdpo_nemo.engines.nemo.sampling import group_range
+    through one rule (gdpo_nemo.estimators.groups.constant_within): they agree on what a
+    constant group is. Rewards as given are exact (one unit in the last place apart is a
+    difference, in any dtype); GRPO's float64 sum of several is one value within its residue."""
+    from gdpo_nemo.config.settings import EstimatorSettings
+    from gdpo_nemo.engines.nemo.sampling import group_range, group_signal_spread
 
     near = math.nextafter(1.2, 2.0)
-    values = torch.tensor([1.2, near, 0.0, 1.0, 5.0, float("nan")], dtype=torch.float64)
+    values = torch.tensor([1.2, 1.2, 1.2, near, 5.0, float("nan")], dtype=torch.float64)
     ids = torch.tensor([0, 0, 1, 1, 2, 2])
     assert zero_std_fraction({"r": values[:4]}, ids[:4]) == {"r": 0.5}
     spread = group_range(values, ids)
-    assert spread[:2].tolist() == [0.0, 0.0] and spread[2:4].tolist() == [1.0, 1.0] and math.isinf(spread[4])
+    assert spread[:2].tolist() == [0.0, 0.0] and spread[2] > 0 and math.isinf(spread[4])
     advantages = compute_advantages({"r": values[:4]}, ids[:4], "grpo")
     assert advantages[:2].tolist() == [0.0, 0.0] and advantages[2] < 0 < advantages[3]
+    bf16 = torch.tensor([3.0, 3.03125, 3.0, 3.0], dtype=torch.bfloat16)  # 2 units of bfloat16 apart
+    assert zero_std_fraction({"r": bf16}, ids[:4]) == {"r": 0.5}
+    assert compute_advantages({"r": bf16}, ids[:4], "grpo").abs()[:2].min() > 0.7
+    # 0.1 + 0.2 and 0.3 + 0.0 as GRPO's sum: residue of the sum, one value everywhere
+    parts = {"a": torch.tensor([0.1, 0.3, 0.0, 1.0], dtype=torch.float64),
+             "b": torch.tensor([0.2, 0.0, 0.0, 0.0], dtype=torch.float64)}
+    batch = {"reward/a": parts["a"], "reward/b": parts["b"], "idx": ids[:4]}
+    grpo = EstimatorSettings.from_gdpo({"estimator": "grpo", "reward_components": ["a", "b"]})
+    gdpo = EstimatorSettings.from_gdpo({"estimator": "gdpo", "reward_components": ["a", "b"]})
+    signal = group_signal_spread(batch, grpo)
+    assert signal[:2].tolist() == [0.0, 0.0] and signal[2] > 0
+    assert compute_advantages(parts, ids[:4], "grpo")[:2].tolist() == [0.0, 0.0]
+    assert group_signal_spread(batch, gdpo)[:2].min() > 0  # each component varies: GDPO's signal
 
 
 # ---- per-batch mechanism diagnostics: what GRPO merges, what each component earns ----------

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from gdpo_nemo.estimators import AdvantageOptions, dense
 from gdpo_nemo.estimators import kernel as dense_kernel
 from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
+from gdpo_nemo.estimators.general import RewardOverflow
 
-from gdpo_nemo.estimators.groups import residue_tolerance
 from tests.support.advantages_loop import loop_advantages
 from tests.support.requirements import requires
 
@@ -99,8 +99,7 @@ def test_kernel_equals_the_loop_oracle_and_the_general_path(kinds, size, prompts
         general = _general(rewards, groups, estimator, **options)
         assert torch.allclose(ours.double(), general.double(), atol=2e-6, rtol=1e-6), (estimator, ours, general)
         preset = options.pop("preset", None)
-        loop = loop_advantages(as_lists, groups.tolist(), estimator, preset=preset, **options,
-                               residue_tolerance=residue_tolerance(torch.float64))  # the rewards' dtype
+        loop = loop_advantages(as_lists, groups.tolist(), estimator, preset=preset, **options)
         assert torch.allclose(ours.double(), torch.tensor(loop, dtype=torch.float64), atol=1e-5, rtol=1e-5), (estimator, ours, loop)
 
 
@@ -199,7 +198,7 @@ def test_ids_are_checked_in_every_block():
         lists = {k: v.tolist() for k, v in rewards.items()}
         for estimator in ("gdpo", "grpo"):
             ours = compute_advantages(rewards, ids, estimator)
-            loop = loop_advantages(lists, ids.tolist(), estimator, residue_tolerance=residue_tolerance(rewards["format"].dtype))
+            loop = loop_advantages(lists, ids.tolist(), estimator)
             assert torch.allclose(ours.double(), torch.tensor(loop, dtype=torch.float64), atol=1e-5), estimator
     assert _kernel(rewards, mixed, "gdpo") is None
     assert _kernel(rewards, repeated, "gdpo") is None
@@ -239,14 +238,16 @@ def test_single_group_large_groups_and_odd_sizes():
             assert torch.allclose(ours, _general(rewards, groups, estimator), atol=2e-6, rtol=1e-6), (prompts, size)
 
 
-def test_a_float32_overflow_raises_as_on_the_general_path():
+def test_a_float32_overflow_raises_as_on_the_general_path(monkeypatch):
     rewards = {"r": torch.tensor([0.0, 1e39, 0.0, 1e39], dtype=torch.float64)}
     groups = torch.tensor([0, 0, 1, 1])
-    with pytest.raises(RuntimeError, match="float32"):
-        compute_advantages(rewards, groups, "grpo_no_std")
     interleaved = {"r": torch.tensor([0.0, 0.0, 1e39, 1e39], dtype=torch.float64)}  # the same groups, not runs
-    with pytest.raises(RuntimeError, match="non-finite"):
-        compute_advantages(interleaved, torch.tensor([0, 1, 0, 1]), "grpo_no_std")
+    for kernel_on in (True, False):  # the kernel, the torch form, the general path: one error
+        monkeypatch.setattr(dense_kernel, "_available", kernel_on)
+        with pytest.raises(RewardOverflow, match=r"rewards\['r'\] reach 1e\+39.*overflows float32"):
+            compute_advantages(rewards, groups, "grpo_no_std")
+        with pytest.raises(RewardOverflow, match=r"rewards\['r'\] reach 1e\+39.*overflows float32"):
+            compute_advantages(interleaved, torch.tensor([0, 1, 0, 1]), "grpo_no_std")
 
 
 def _in_threads(rewards, groups):

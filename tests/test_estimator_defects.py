@@ -20,20 +20,36 @@ from gdpo_nemo.estimators.options import AdvantageOptions
 REPO = Path(__file__).resolve().parents[1]
 
 
+def test_leave_one_out_treats_group_mates_whose_sums_are_equal_up_to_residue_as_constant():
+    # The sums 0.3 + 0.0 and 0.1 + 0.2 differ in float64's last bit: residue of the sum this
+    # package forms, so the first sample's group-mates are one value: no std, its advantage
+    # is its sum minus theirs, 1.0, as with exact values.
+    rewards = {"a": torch.tensor([1.3, 0.3, 0.3, 0.1], dtype=torch.float64),
+               "b": torch.tensor([0.0, 0.0, 0.0, 0.2], dtype=torch.float64)}
+    ids = torch.zeros(4, dtype=torch.long)
+    assert 0.1 + 0.2 != 0.3
+    default = compute_advantages(rewards, ids, "grpo", preset="nemo_rl", leave_one_out=True)
+    exact = compute_advantages({"r": torch.tensor([1.3, 0.3, 0.3, 0.3], dtype=torch.float64)}, ids, "grpo",
+                               preset="nemo_rl", leave_one_out=True)
+    assert default[0].item() == pytest.approx(1.0, abs=1e-6)
+    assert exact[0].item() == pytest.approx(1.0, abs=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_leave_one_out_treats_group_mates_equal_up_to_float_residue_as_constant(dtype):
+def test_leave_one_out_keeps_rewards_given_one_unit_apart_as_nemo_rl_does(dtype):
+    # A reward as given is exact: group-mates 1.2, 1.2 and the next number after 1.2 differ
+    # (in float64), and the first sample is divided by their tiny std + 1e-6, as NeMo RL's
+    # own formula does in float64; in float32 the three are one value.
     near = math.nextafter(1.2, 2.0)
     rewards = {"r": torch.tensor([2.2, 1.2, 1.2, near], dtype=dtype)}
     ids = torch.zeros(4, dtype=torch.long)
-    default = compute_advantages(rewards, ids, "grpo", preset="nemo_rl", leave_one_out=True)
-    strict = compute_advantages(rewards, ids, "grpo", preset="nemo_rl", leave_one_out=True, strict=True)
-    exact = compute_advantages({"r": torch.tensor([2.2, 1.2, 1.2, 1.2], dtype=dtype)}, ids, "grpo",
-                               preset="nemo_rl", leave_one_out=True)
-    # The first sample's group-mates are all 1.2 (one of them by a float residue): no std, its
-    # advantage is its reward minus theirs, 1.0, as in NeMo RL and with exact 1.2s.
-    assert default[0].item() == pytest.approx(1.0, abs=1e-6)
-    assert strict[0].item() == pytest.approx(1.0, abs=1e-6)
-    assert exact[0].item() == pytest.approx(1.0, abs=1e-6)
+    got = compute_advantages(rewards, ids, "grpo", preset="nemo_rl", leave_one_out=True)
+    mates = torch.tensor([1.2, 1.2, near], dtype=torch.float64)
+    if dtype == torch.float32:
+        assert got[0].item() == pytest.approx(1.0, abs=1e-6)
+    else:
+        value = (2.2 - float(mates.mean())) / (float(mates.std()) + 1e-6)
+        assert value > 1e5 and got[0].item() == pytest.approx(value, rel=1e-4)
 
 
 def test_leave_one_out_with_float32_weighted_sums_that_differ_by_residue():

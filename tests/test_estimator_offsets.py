@@ -1,9 +1,9 @@
 """Issue 36: a constant added to a reward never changes an advantage.
 
-The rule that tells float residue of equal rewards from real differences is tied to the
-rewards' own dtype (a few units in the last place, `RESIDUE_EPSILONS`), not to a fixed
-fraction of their magnitude: 1e6 and 1e6 + 1 in float64 differ, so do 1000 and 1000.0005 in
-float32. Checked on every path (dense torch form, numba kernel, general path, leave-one-out,
+A reward as given is exact (issue 48: no tolerance tied to its dtype), and only GRPO's own
+float64 sum carries residue, relative to the spread within the group, never to an offset or
+a fixed fraction of the rewards' magnitude: 1e6 and 1e6 + 1 in float64 differ, so do 1000 and
+1000.0005 in float32. Checked on every path (dense torch form, numba kernel, general path, leave-one-out,
 batch scaling) against the same rewards without the offset, against the loop oracle, and
 against verl's own code, which is invariant.
 """
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
+from gdpo_nemo.estimators import kernel as dense_kernel
 from gdpo_nemo.estimators.collapse import zero_std_fraction
-from gdpo_nemo.estimators.groups import residue_tolerance
 from tests.support.advantages_loop import loop_advantages
 
 GROUPS4 = torch.tensor([0, 0, 0, 0])
@@ -71,19 +71,42 @@ def test_leave_one_out_beside_near_equal_mates_is_exact():
     for d in (1e-8, 1e-9):
         rewards = [1.0, 0.0, 0.0, d]
         got = compute_advantages({"a": t(rewards)}, GROUPS4, "grpo", leave_one_out=True, preset="nemo_rl")
-        exact = loop_advantages({"a": rewards}, [0, 0, 0, 0], "grpo", leave_one_out=True, preset="nemo_rl",
-                                residue_tolerance=residue_tolerance(torch.float64))
+        exact = loop_advantages({"a": rewards}, [0, 0, 0, 0], "grpo", leave_one_out=True, preset="nemo_rl")
         assert got[0] > 1e5 and math.isclose(float(got[0]), exact[0], rel_tol=1e-4), (d, got, exact)
 
 
-def test_residue_of_equal_rewards_still_gives_exactly_zero():
+def test_residue_of_the_sum_of_equal_rewards_still_gives_exactly_zero():
+    # GRPO's weighted sum is this package's float64 arithmetic: equal rewards in another
+    # order, or combinations whose sums are equal, differ there by residue only.
+    third = 1.0 / 3
+    cases = [
+        ({"a": t([0.1, 0.3, 0.3, 0.2]), "b": t([0.2, 0.0, 0.0, 0.1])}, None),
+        ({"a": t([third, 0.0, 2 * third, third]), "b": t([2 * third, 1.0, third, 2 * third])}, None),
+        ({"a": t([1.0, 0.0, 1.0, 0.0]), "b": t([0.0, 1.0, 0.0, 1.0])}, {"a": 0.1, "b": 0.1}),
+        ({"a": t([1.0, 0.0, 1.0, 0.0]), "b": t([0.0, 1.0, 0.0, 1.0]), "c": t([1.0, 1.0, 1.0, 1.0])},
+         {"a": 0.7, "b": 0.7, "c": 1e6}),
+    ]
+    for kernel_on in (True, False):
+        dense_kernel._available = kernel_on
+        for rewards, weights in cases:
+            for estimator in ("grpo", "grpo_no_std"):
+                for ids in (GROUPS4, torch.tensor([0, 0, 0, 1, 1, 1, 1, 1])[:4]):
+                    got = compute_advantages(rewards, GROUPS4, estimator, reward_weights=weights)
+                    assert torch.equal(got, torch.zeros(4)), (rewards, weights, estimator, got)
+    dense_kernel._available = None
+
+
+def test_rewards_given_a_unit_apart_are_a_difference_bounded_as_the_peers_bound_it():
+    # A reward as given is exact in any dtype: a user's own rounding is a difference, and
+    # (x - mean) / (std + eps) keeps it at most spread / eps, as verl's and NeMo RL's do.
     for dtype in (torch.float64, torch.float32):
         third = torch.tensor(1.0, dtype=dtype) / 3
-        residue = torch.stack([third, third * 3 / 3, (third + third + third) / 3, third])  # last-bit differences
-        for estimator in ("grpo", "grpo_no_std"):
-            assert torch.equal(compute_advantages({"a": residue}, GROUPS4, estimator), torch.zeros(4)), (dtype, estimator)
-        residue64 = t([0.1 + 0.2, 0.3, 0.3, 0.1 + 0.2])
-        assert torch.equal(compute_advantages({"a": residue64}, GROUPS4, "grpo"), torch.zeros(4))
+        residue = torch.stack([third, third * 3 / 3, (third + third + third) / 3, third])
+        spread = float(residue.max()) - float(residue.min())
+        got = compute_advantages({"a": residue}, GROUPS4, "grpo", preset="verl")
+        assert got.abs().max() <= spread / 1e-6 + 1e-6, (dtype, got)
+        assert torch.equal(compute_advantages({"a": residue}, GROUPS4, "grpo", preset="verl",
+                                              residue_tolerance=4 * torch.finfo(dtype).eps), torch.zeros(4))
 
 
 def test_zero_std_fraction_sees_an_offset_group_as_varying():

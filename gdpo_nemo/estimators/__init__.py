@@ -19,14 +19,16 @@ source of estimator names for configs, engines, collapse counting, tables and fi
 Semantics shared by all estimators, each taken from a peer (``preset`` reproduces them):
 
 - Group std uses ``std_ddof`` (1 = Bessel, as NeMo RL, TRL and verl do). A group whose
-  values are all equal has std exactly 0: equality is max - min <= tolerance * max(|max|,
-  |min|), never a std residue, because a float sum of the same rewards in another order can
-  differ in its last bit and dividing that residue by its own tiny std would turn noise into
-  a +-1 advantage. The tolerance is ``RESIDUE_EPSILONS`` (2) machine epsilons of the rewards'
-  own dtype (float64 4.4e-16, float32 2.4e-7; ``residue_tolerance`` overrides it): rewards
-  the dtype tells apart by a few units in the last place stay apart wherever they sit, so a
-  constant offset added to every reward leaves the advantages as they were (up to the
-  rounding of the shifted rewards themselves).
+  values are one value has std exactly 0, decided from the values, never from a std (one
+  rule everywhere: ``gdpo_nemo.estimators.groups.constant_within``). A reward as given is
+  exact whatever its dtype: a group is constant only when its rewards are equal (bfloat16
+  3.0 and 3.03125 differ, 1e6 and 1e6 + 1 differ). A value this package sums (GRPO's
+  weighted sum of K components, in float64, each less its group's smallest value) carries
+  residue of that sum: sums within ``RESIDUE_EPSILONS`` (2) * (2K + 1) float64 epsilons of
+  the group's largest sum of |terms| are one value, so equal rewards summed in another order, or combinations with equal sums,
+  give exactly 0 rather than residue divided by its own tiny std (``residue_tolerance``
+  replaces that tolerance everywhere). The statistics are taken about a value of the group,
+  so a constant offset added to every reward leaves the advantages as they were.
   Where the std is 0 the centred value is left undivided (NeMo RL: "don't sharpen the ones
   with no variation"); with a mean baseline that value is exactly 0.
 - Elsewhere the centred value is divided by ``std + eps`` (NeMo RL: eps 1e-6, TRL: 1e-4).
@@ -47,9 +49,9 @@ Semantics shared by all estimators, each taken from a peer (``preset`` reproduce
   ``(A - mean) / (std + batch_norm_eps)`` (NeMo RL: eps 0, TRL: 1e-4), or, when a
   ``token_mask`` [B, T] is given, per token as verl's ``masked_whiten`` (each sample
   weighted by its number of response tokens, ``(A - mean) / sqrt(var + batch_norm_eps)``,
-  verl: 1e-8). Where the batch std is 0 (at most the residue tolerance times the sum over
-  components of the largest |w_k A_k|, i.e. components that cancel exactly up to float
-  residue) the output is 0.
+  verl: 1e-8). Where the batch std is 0 (at most the residue tolerance of K terms times the
+  sum over components of the largest |w_k A_k|, i.e. components that cancel exactly up to
+  float residue) the output is 0.
 - ``strict=True`` (with a preset) instead follows that peer's own float32 arithmetic,
   residue included (gdpo_nemo.estimators.strict; differences and sizes: docs/estimators.md).
 

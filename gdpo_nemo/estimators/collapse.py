@@ -258,9 +258,10 @@ def distinct_advantage_groups(advantages: Tensor, group_ids: Tensor) -> int:
     return len(tuples)
 
 
-def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str, float]:
+def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor, tolerance: float = 0.0) -> dict[str, float]:
     """Share of groups in which each component is constant (no learning signal from it): one
-    value up to float residue, as the estimators decide (gdpo_nemo.estimators.groups).
+    value, as the estimators decide (gdpo_nemo.estimators.groups.constant_within: equal
+    rewards whatever their dtype; `tolerance`: an options' `residue_tolerance`).
 
     Args:
         rewards: ``{name: Tensor[B]}``; NaN entries are ignored. Each component is reduced
@@ -272,10 +273,10 @@ def zero_std_fraction(rewards: dict[str, Tensor], group_ids: Tensor) -> dict[str
     out = {}
     index_on: dict[torch.device, Tensor] = {}
     for name, values in rewards.items():
-        values = torch.as_tensor(values, dtype=torch.float64)
+        values = torch.as_tensor(values).to(torch.float64)
         if values.device not in index_on:
             index_on[values.device] = group_rows(group_ids, values.device)[0]
-        extremes = group_extremes(values, group_ids, index=index_on[values.device])
+        extremes = group_extremes(values, group_ids, index=index_on[values.device], tolerance=tolerance)
         constant = extremes.constant()
         out[name] = float(constant.double().mean()) if constant.numel() else 0.0
     return out

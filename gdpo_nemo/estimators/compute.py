@@ -7,7 +7,6 @@ the general path (gdpo_nemo.estimators.general), or a peer's own arithmetic with
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -16,7 +15,7 @@ from torch import Tensor
 from gdpo_nemo.estimators import kernel
 from gdpo_nemo.estimators.dense import dense_advantages, dense_group_size, kernel_advantages
 from gdpo_nemo.estimators.general import RewardOverflow
-from gdpo_nemo.estimators.groups import group_index, residue_tolerance
+from gdpo_nemo.estimators.groups import group_index
 from gdpo_nemo.estimators.options import AdvantageOptions
 from gdpo_nemo.estimators.registry import estimator_info
 from gdpo_nemo.estimators.strict import strict_advantages
@@ -42,9 +41,9 @@ def _options(options: AdvantageOptions | None, given: Mapping[str, Any]) -> Adva
 
 def _as_columns(
     rewards: Mapping[str, Tensor] | Tensor, component_names: Sequence[str] | None
-) -> tuple[list[Tensor], list[str], list[torch.dtype]]:
-    """The reward components as float64 Tensor[B] each (views where the input allows), their
-    names, and the dtypes they came in."""
+) -> tuple[list[Tensor], list[str]]:
+    """The reward components as float64 Tensor[B] each (views where the input allows; every
+    dtype converts exactly) and their names."""
     if isinstance(rewards, Mapping):
         if component_names is not None:
             raise ValueError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
@@ -63,7 +62,7 @@ def _as_columns(
         lengths = {name: int(c.shape[0]) for name, c in zip(names, columns)}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
-        return [c.to(torch.float64) for c in columns], names, [c.dtype for c in columns]
+        return [c.to(torch.float64) for c in columns], names
     matrix = torch.as_tensor(rewards)
     if matrix.dim() != 2:
         raise ValueError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
@@ -74,9 +73,8 @@ def _as_columns(
         raise ValueError(
             f"component_names {names} must be {matrix.shape[1]} distinct names, one per column of rewards"
         )
-    dtype = matrix.dtype
     matrix = matrix.to(torch.float64)
-    return [matrix[:, k] for k in range(matrix.shape[1])], names, [dtype]
+    return [matrix[:, k] for k in range(matrix.shape[1])], names
 
 
 def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None, device: torch.device) -> Tensor:
@@ -131,7 +129,7 @@ def compute_advantages(
         over its tokens). Finite; 0 for samples whose components are all NaN.
     """
     info = estimator_info(estimator)
-    columns, names, dtypes = _as_columns(rewards, component_names)
+    columns, names = _as_columns(rewards, component_names)
     if info.multi_component and len(names) < 2:
         raise ValueError(
             f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
@@ -142,8 +140,6 @@ def compute_advantages(
         raise ValueError("rewards has no samples (B = 0)")
     device = columns[0].device
     options = _options(options, given)
-    if options.residue_tolerance is None:  # residue is the rewards' own dtype's, not float64's
-        options = replace(options, residue_tolerance=residue_tolerance(*dtypes))
     contradictions = options.problems_with(info)
     if contradictions:
         raise ValueError("; ".join(contradictions))
@@ -163,7 +159,7 @@ def compute_advantages(
             advantages = kernel_advantages(columns, torch.as_tensor(group_ids, device=device), size, info, weights, options)
         else:  # torch ops, on any device
             advantages = dense_advantages(columns, size, info.dense, info.multi_component, weights, options)
-            advantages = None if advantages is None else _checked(advantages, estimator)
+            advantages = None if advantages is None else _checked(advantages, estimator, None)
         if advantages is not None:
             return advantages
     matrix = torch.stack(columns, dim=1)
@@ -181,24 +177,45 @@ def compute_advantages(
     values = torch.where(valid, matrix, torch.zeros_like(matrix))
     try:
         advantages = info(values, valid, groups, weights, options, token_mask)
+        if order is not None:
+            advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
+        return _checked(advantages, estimator, lambda: overflow_message(info, values, weights, names))
     except RewardOverflow as error:
-        largest = values.abs().amax(dim=0)
-        column = int(largest.argmax())
-        raise RewardOverflow(
-            f"rewards[{names[column]!r}] reach {float(largest[column]):.3g}: {error}, so no std (and no"
-            " advantage) can be computed; rescale the reward (|r| up to ~1e150 works)"
-        ) from None
-    if order is not None:
-        advantages = torch.empty_like(advantages).index_copy_(0, order, advantages)
-    return _checked(advantages, estimator)
+        raise RewardOverflow(f"{overflow_message(info, values, weights, names)}: {error}") from None
 
 
-def _checked(advantages: Tensor, estimator: str) -> Tensor:
-    """float32 advantages; a non-finite one is a bug, never a property of the input."""
+# Rewards (and weights) up to about this size have squares and sums within float64's range.
+_FLOAT64_SAFE = 1e150
+
+
+def overflow_message(info, values: Tensor, weights: Tensor, names: list[str]) -> str:
+    """What made a statistic or an advantage overflow, by name: the reward component that
+    reaches ~1e150 or more, else (the rewards are in range) the largest reward weight (GDPO
+    normalizes each component first, so there only a weight can be the cause)."""
+    largest = values.abs().amax(dim=0)
+    column = int(largest.argmax())
+    if float(largest[column]) >= _FLOAT64_SAFE or (not info.multi_component and float(weights.abs().max()) <= 1):
+        return (f"rewards[{names[column]!r}] reach {float(largest[column]):.3g}, too large for the statistics in"
+                " float64 and the advantages in float32; rescale the reward (|r| up to ~1e30 works on every estimator)")
+    reach = weights.abs() if info.multi_component else weights.abs() * largest
+    column = int(reach.argmax())
+    return (f"reward_weights[{names[column]!r}] = {float(weights[column]):.3g} makes the weighted advantages too large"
+            f" for the statistics in float64 and the advantages in float32; use smaller weights (only their ratios"
+            " matter to GRPO and GDPO: divide all by the largest)")
+
+
+def _checked(advantages: Tensor, estimator: str, overflow) -> Tensor:
+    """float32 advantages. Finite float64 values beyond float32's range raise RewardOverflow
+    (`overflow()` names the cause); any other non-finite value is a bug, never a property
+    of the input. With `overflow` None (the dense path) a non-finite value gives None: the
+    general path decides."""
     out = advantages.to(torch.float32)
     # A sum is non-finite when any term is (inf, -inf and NaN all propagate), and costs a
     # tenth of isfinite's mask; only an overflowing sum of finite values needs the mask.
     if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):
+        if overflow is None:
+            return None  # the general path decides, and says which
+        if bool(torch.isfinite(advantages).all()):
+            raise RewardOverflow(f"{overflow()}: an advantage overflows float32")
         raise RuntimeError(f"estimator {estimator!r} produced a non-finite advantage")
     return out
-

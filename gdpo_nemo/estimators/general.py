@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-from gdpo_nemo.estimators.groups import Groups, constant_within, tolerance_of
+from gdpo_nemo.estimators.groups import Groups, constant_within, relative_sums, sum_terms, tolerance_of
 from gdpo_nemo.estimators.options import SCALE_REWARDS, AdvantageOptions
 from gdpo_nemo.estimators.registry import DenseForm, NemoRLEstimator, PlotStyle, register_estimator
 
@@ -22,33 +22,38 @@ __all__ = ["RewardOverflow", "gdpo", "gdpo_no_bn", "grpo", "grpo_no_std"]
 # ---------------------------------------------------------------------------------------
 
 
-def _others_constant(values: Tensor, valid: Tensor, groups: Groups, tolerance: float) -> Tensor:
-    """[B, K] bool: the valid group-mates of each sample (itself excluded) are all equal, within
-    the relative tolerance that makes a whole group constant (`constant_within`).
-
-    The others' max and min are found from the group's largest and second-largest distinct
-    values and how many samples hold the largest.
-    """
+def _others_extreme(values: Tensor, valid: Tensor, groups: Groups, reduce: str) -> Tensor:
+    """[B, K]: the max ("amax") or min ("amin") of each sample's valid group-mates, itself
+    excluded (-inf / +inf where it has none), from the group's extreme, the next distinct
+    value, and how many samples hold the extreme."""
     index = groups.index
-    others = []
-    for reduce in ("amax", "amin"):
-        top = groups.extreme(values, valid, reduce)  # [N, K]
-        at_top = valid & (values == top[index])
-        n_top = groups.sum(at_top.to(values.dtype))[index]  # [B, K]
-        second = groups.extreme(values, valid & ~at_top, reduce)[index]
-        # Without this sample, the extreme stays `top` unless it was the only one there.
-        only_one = at_top & (n_top == 1)
-        others.append(torch.where(only_one, second, top[index]))
-    hi, lo = others
-    # No other valid sample at all (hi = -inf, lo = +inf) counts as constant: no variation.
-    return constant_within(hi, lo, tolerance)
+    top = groups.extreme(values, valid, reduce)  # [N, K]
+    at_top = valid & (values == top[index])
+    n_top = groups.sum(at_top.to(values.dtype))[index]  # [B, K]
+    second = groups.extreme(values, valid & ~at_top, reduce)[index]
+    # Without this sample, the extreme stays `top` unless it was the only one there.
+    return torch.where(at_top & (n_top == 1), second, top[index])
+
+
+def _others_constant(values: Tensor, valid: Tensor, groups: Groups, magnitude: Tensor, tolerance: float) -> Tensor:
+    """[B, K] bool: the valid group-mates of each sample (itself excluded) are one value, by
+    the rule that makes a whole group constant (`constant_within`, with the mates' own
+    largest `magnitude`). No other valid sample at all counts as constant: no variation."""
+    hi = _others_extreme(values, valid, groups, "amax")
+    lo = _others_extreme(values, valid, groups, "amin")
+    largest = _others_extreme(magnitude, valid, groups, "amax") if tolerance else magnitude
+    return constant_within(hi, lo, largest, tolerance)
 
 
 def _normalize_in_groups(
-    values: Tensor, valid: Tensor, groups: Groups, options: AdvantageOptions, divide_by_std: bool
+    values: Tensor, valid: Tensor, groups: Groups, options: AdvantageOptions, divide_by_std: bool,
+    magnitude: Tensor | None = None, terms: int = 1,
 ) -> Tensor:
     """Centre each column of `values` [B, K] in its group, optionally divide by the group std.
 
+    `magnitude` [B, K]: each value's sum of |terms| when `values` are sums of `terms` terms
+    (GRPO's weighted sum; None: rewards as given, |value|), for the rule of a constant group
+    (`constant_within`, `tolerance_of(options, terms)`).
     Invalid entries (and groups with fewer than 2 valid samples, where no baseline exists
     besides the sample itself) give 0. Returns float64 [B, K].
     """
@@ -57,8 +62,9 @@ def _normalize_in_groups(
     count = groups.sum(vf)  # [N, K]
     hi = groups.extreme(values, valid, "amax")
     lo = groups.extreme(values, valid, "amin")
-    tolerance = tolerance_of(options, [values])
-    constant = constant_within(hi, lo, tolerance)
+    tolerance = tolerance_of(options, terms)
+    magnitude = values.abs() if magnitude is None else magnitude
+    constant = constant_within(hi, lo, groups.extreme(magnitude, valid, "amax"), tolerance)
     # The statistics of each group are taken about its smallest value, so that a constant
     # added to every reward never reaches them: near the offset the subtraction is exact,
     # and the mean of the differences is as precise as the rewards' spread allows.
@@ -76,13 +82,15 @@ def _normalize_in_groups(
         # r_i - mean(others) = c_i * n / m, with c_i = r_i - mean(group).
         advantage = centred * n / m.clamp(min=1)
         # Squared deviations of the others about their own mean: the group's, less this
-        # sample's share (exact algebra), recomputed directly where that subtraction cancels.
+        # sample's share (exact algebra), recomputed directly where that subtraction cancels
+        # and the mates are not one value (those get std 0 anyway).
         removed = centred * centred * n / m.clamp(min=1)
         others_sq = (sq_dev[index] - removed).clamp(min=0)
-        others_sq = _exact_where_cancelled(others_sq, removed, shifted, valid, groups)
+        alike = _others_constant(values, valid, groups, magnitude, tolerance)
+        others_sq = _exact_where_cancelled(others_sq, removed, shifted, valid, alike, groups)
         dof = m - options.std_ddof
         std = torch.where(dof > 0, (others_sq / dof.clamp(min=1)).sqrt(), torch.zeros_like(others_sq))
-        std = torch.where(_others_constant(values, valid, groups, tolerance), torch.zeros_like(std), std)
+        std = torch.where(alike, torch.zeros_like(std), std)
         usable = valid & (m >= 1)
     else:
         advantage = centred
@@ -101,22 +109,36 @@ def _normalize_in_groups(
 _CANCELLED = 1e-6
 
 
-def _exact_where_cancelled(others_sq: Tensor, removed: Tensor, values: Tensor, valid: Tensor,
+def _exact_where_cancelled(others_sq: Tensor, removed: Tensor, values: Tensor, valid: Tensor, skip: Tensor,
                            groups: Groups) -> Tensor:
     """`others_sq` [B, K] (each sample's group-mates' squared deviations about their mean, by
-    subtraction) with the rows where the subtraction cancelled (an outlier beside near-equal
-    mates: [1, 0, 0, 1e-8]) summed again over the mates themselves, two-pass. Such rows are
-    rare; the loop is over them only."""
-    suspect = valid & (removed > 0) & (others_sq <= _CANCELLED * removed)
+    subtraction) with the valid rows (`skip` aside) where the subtraction cancelled (an outlier
+    beside near-equal mates: [1, 0, 0, 1e-8]) summed again over the mates themselves,
+    two-pass, all at once: each such row gathers its group's members into one padded row.
+    A row cancels only when its own share dominates its group's squared deviations, so
+    there are at most a few per group and the padded rows hold O(B) values."""
+    suspect = valid & ~skip & (removed > 0) & (others_sq <= _CANCELLED * removed)
     if not bool(suspect.any()):
         return others_sq
+    rows, columns = suspect.nonzero(as_tuple=True)
+    index = groups.index
+    counts = torch.bincount(index, minlength=groups.num_groups)
+    starts = torch.cumsum(counts, 0) - counts
+    members_of = torch.argsort(index, stable=True)  # the batch, group by group
+    group = index[rows]
+    width = int(counts[group].max())
+    offsets = torch.arange(width, device=index.device)
+    inside = offsets < counts[group].unsqueeze(1)  # [S, W]
+    slots = (starts[group].unsqueeze(1) + offsets).clamp(max=index.shape[0] - 1)
+    members = members_of[slots]  # [S, W] sample numbers
+    column = columns.unsqueeze(1).expand_as(members)
+    take = inside & (members != rows.unsqueeze(1)) & valid[members, column]
+    pool = torch.where(take, values[members, column], torch.zeros((), dtype=values.dtype, device=values.device))
+    n = take.sum(dim=1).clamp(min=1).to(values.dtype)
+    mean = pool.sum(dim=1) / n
+    deviation = torch.where(take, pool - mean.unsqueeze(1), torch.zeros_like(pool))
     others_sq = others_sq.clone()
-    for row, column in suspect.nonzero().tolist():
-        mates = (groups.index == groups.index[row]) & valid[:, column]
-        mates[row] = False
-        pool = values[mates, column]
-        if pool.numel():
-            others_sq[row, column] = ((pool - pool.mean()) ** 2).sum()
+    others_sq[rows, columns] = (deviation * deviation).sum(dim=1)
     return others_sq
 
 
@@ -132,13 +154,13 @@ def _refuse_overflow(squares: Tensor, what: str) -> None:
 
 
 def _batch_norm(
-    values: Tensor, row_valid: Tensor, options: AdvantageOptions, token_mask: Tensor | None, scale: float
+    values: Tensor, row_valid: Tensor, options: AdvantageOptions, token_mask: Tensor | None, scale: float, terms: int
 ) -> Tensor:
     """Normalize `values` [B] over the valid samples of the batch (per sample or per token).
 
-    `scale` is the magnitude of the terms `values` was summed from (sum over components of
-    the largest |w_k A_k|): a batch std below `residue_tolerance` * scale is float residue of
-    exact cancellation, and gives 0.
+    `scale` is the magnitude of the `terms` terms `values` was summed from (sum over
+    components of the largest |w_k A_k|): a batch std at most `tolerance_of(options, terms)`
+    * scale is float residue of exact cancellation, and gives 0.
     """
     if token_mask is None:
         weight = row_valid.to(values.dtype)
@@ -152,27 +174,31 @@ def _batch_norm(
     dof = total - options.std_ddof
     var = (weight * centred * centred).sum() / dof if dof > 0 else values.new_zeros(())
     _refuse_overflow(var, "the batch's squared deviations")
-    if var <= 0 or float(var.sqrt()) <= tolerance_of(options, [values]) * scale:
+    if var <= 0 or float(var.sqrt()) <= tolerance_of(options, terms) * scale:
         return torch.zeros_like(values)
     if token_mask is None:
         return centred / (var.sqrt() + options.batch_norm_eps)
     return centred / (var + options.batch_norm_eps).sqrt()
 
 
-def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, scale: float) -> Tensor:
-    """Std of `values` [B] over the valid samples (``std_ddof``); 0 when that is below
-    `residue_tolerance` * `scale` (float residue of a constant batch) or undefined."""
+def _batch_std(values: Tensor, row_valid: Tensor, options: AdvantageOptions, scale: float, terms: int) -> Tensor:
+    """Std of `values` [B] (sums of `terms` terms, the largest sum of |terms| `scale`) over
+    the valid samples (``std_ddof``); 0 when the batch is one value by the rule of a constant
+    group (`constant_within`) or the std is undefined."""
     weight = row_valid.to(values.dtype)
     total = weight.sum()
     dof = total - options.std_ddof
     if dof <= 0:
         return values.new_zeros(())
-    values = values - values[row_valid].min()  # about the smallest: an offset never reaches the std
+    present = values[row_valid]
+    lowest, highest = float(present.min()), float(present.max())
+    if highest - lowest <= tolerance_of(options, terms) * scale:
+        return values.new_zeros(())
+    values = values - lowest  # about the smallest: an offset never reaches the std
     mean = (weight * values).sum() / total
     var = (weight * (values - mean) ** 2).sum() / dof
     _refuse_overflow(var, "the batch's squared deviations")
-    std = var.sqrt()
-    return values.new_zeros(()) if float(std) <= tolerance_of(options, [values]) * scale else std
+    return var.sqrt()
 
 
 def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
@@ -187,13 +213,24 @@ def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
 
 def _grpo(rewards, valid, groups, weights, options, token_mask, scale_rewards: str) -> Tensor:
     row_valid = valid.any(dim=1, keepdim=True)
-    reward_sum = _weighted_sum(rewards, valid, weights).unsqueeze(1)
-    centred = _normalize_in_groups(reward_sum, row_valid, groups, options, scale_rewards == "group").squeeze(1)
+    components = rewards.shape[1]
+    if components == 1:  # a reward as given times its weight: exact
+        reward_sum = _weighted_sum(rewards, valid, weights).unsqueeze(1)
+        magnitude = None
+    else:  # each component less its group's smallest, so no offset or size rounds the sum
+        sums, size = relative_sums(rewards, valid, weights, groups)
+        reward_sum, magnitude = sums.unsqueeze(1), size.unsqueeze(1)
+    terms = sum_terms(components)
+    centred = _normalize_in_groups(reward_sum, row_valid, groups, options, scale_rewards == "group",
+                                   magnitude, terms).squeeze(1)
     if scale_rewards != "batch":
         return centred
-    # TRL scale_rewards="batch": the group-centred sum over the std of the sums in the batch.
-    scale = float(reward_sum.abs().max())
-    std = _batch_std(reward_sum.squeeze(1), row_valid.squeeze(1), options, scale)
+    # TRL scale_rewards="batch": the group-centred sum over the std of the sums in the batch
+    # (relative to the batch's references: the same std).
+    whole = Groups(index=torch.zeros_like(groups.index), num_groups=1)
+    sums, size = relative_sums(rewards, valid, weights, whole)
+    scale = float(torch.where(row_valid.squeeze(1), size, torch.zeros_like(size)).max())
+    std = _batch_std(sums, row_valid.squeeze(1), options, scale, terms)
     return torch.where(std > 0, centred / (std + options.eps), centred)
 
 
@@ -234,6 +271,6 @@ def gdpo(rewards, valid, groups, weights, options, token_mask):
     per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
     advantage_sum = _weighted_sum(per_component, valid, weights)
     scale = float((per_component.abs().amax(dim=0) * weights.abs()).sum())
-    return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)
+    return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale, sum_terms(rewards.shape[1]))
 
 

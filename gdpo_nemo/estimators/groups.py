@@ -17,7 +17,7 @@ from torch import Tensor
 from gdpo_nemo.estimators.options import RESIDUE_EPSILONS
 
 __all__ = ["GroupExtremes", "Groups", "constant_within", "group_extremes", "group_index", "group_rows",
-           "residue_tolerance", "tolerance_of"]
+           "relative_sums", "sum_terms", "summation_tolerance", "tolerance_of"]
 
 
 @dataclass(frozen=True)
@@ -85,26 +85,71 @@ def group_index(
 
 
 
-def residue_tolerance(*dtypes: torch.dtype) -> float:
-    """The relative tolerance of float residue for rewards of `dtypes`: RESIDUE_EPSILONS
-    machine epsilons of the coarsest floating one (integers and bools are exact: float64's)."""
-    floating = [torch.finfo(dtype).eps for dtype in dtypes if dtype.is_floating_point]
-    return RESIDUE_EPSILONS * max(floating or [torch.finfo(torch.float64).eps])
+def summation_tolerance(terms: int) -> float:
+    """The default relative tolerance of float residue for values summed from `terms` terms
+    in float64. 0 for one term: a reward as given (or times its weight) is exact, so
+    distinct rewards are never merged whatever dtype they came in, and equal ones are equal.
+    RESIDUE_EPSILONS * terms float64 epsilons for a sum of several (GRPO's weighted sum):
+    each sum carries at most about terms / 2 epsilons of the largest sum of |terms| in the
+    group, and two sums of equal rewards in another order, or of equal-valued combinations,
+    differ by less than twice that."""
+    return 0.0 if terms <= 1 else RESIDUE_EPSILONS * terms * _FLOAT64_EPS
 
 
-def tolerance_of(options, columns) -> float:
-    """The options' `residue_tolerance`, or (None: not resolved by compute_advantages) the one
-    of the `columns`' dtypes."""
+_FLOAT64_EPS = float(torch.finfo(torch.float64).eps)
+
+
+def sum_terms(components: int) -> int:
+    """The float operations behind each of GRPO's sums of `components` weighted rewards taken
+    relative to a reference (`relative_sums`): a subtraction and a product per component and
+    the additions, counted generously (2 K + 1): what `summation_tolerance` is given. One
+    component is a reward as given times its weight: exact (1 term)."""
+    return 1 if components <= 1 else 2 * components + 1
+
+
+def relative_sums(values: Tensor, valid: Tensor, weights: Tensor, groups: "Groups") -> tuple[Tensor, Tensor]:
+    """GRPO's weighted sums sum_k w_k r_k [B] less one constant per group, and each one's
+    sum of |terms| [B] (its residue's scale, `constant_within`'s magnitude).
+
+    Each component is taken less its smallest value in the group before it is weighted and
+    summed, so neither an offset of a component nor its size reaches the sum: its rounding is
+    relative to the spread within the group, and centring it in the group gives what centring
+    the plain sums gives. A sample missing a component (NaN; `valid` False) that others of its
+    group have adds the difference of the references it leaves out, and its magnitude counts
+    them. `values` [B, K] float64 (anything where not valid), `weights` [K]."""
+    index = groups.index
+    lowest = groups.extreme(values, valid, "amin")  # [N, K], +inf where the group has none
+    present = torch.isfinite(lowest)
+    base = torch.where(present, lowest, torch.zeros_like(lowest))[index]  # [B, K]
+    parts = torch.where(valid, (values - base) * weights, torch.zeros_like(values))
+    sums = parts.sum(dim=1)
+    magnitude = parts.abs().sum(dim=1)
+    partial = (valid != present[index]).any(dim=1)
+    if bool(partial.any()):
+        weighted = base * weights
+        own = torch.where(valid, weighted, torch.zeros_like(weighted)).sum(dim=1)
+        full = torch.where(present[index], weighted, torch.zeros_like(weighted)).sum(dim=1)
+        sums = sums + torch.where(partial, own - full, torch.zeros_like(own))
+        magnitude = magnitude + torch.where(partial, weighted.abs().sum(dim=1), torch.zeros_like(own))
+    return sums, magnitude
+
+
+def tolerance_of(options, terms: int) -> float:
+    """The options' `residue_tolerance`, or (None) `summation_tolerance(terms)`."""
     if options.residue_tolerance is not None:
         return options.residue_tolerance
-    return residue_tolerance(*(column.dtype for column in columns))
+    return summation_tolerance(terms)
 
 
-def constant_within(hi: Tensor, lo: Tensor, tolerance: float) -> Tensor:
-    """Values between `lo` and `hi` are one value up to float residue: hi - lo <= `tolerance`
-    * max(|hi|, |lo|) (exactly equal included; `residue_tolerance`). An empty group (hi =
-    -inf, lo = +inf) counts as constant: no variation."""
-    return (hi < lo) | ((hi - lo) <= tolerance * torch.maximum(hi.abs(), lo.abs()))
+def constant_within(hi: Tensor, lo: Tensor, magnitude: Tensor, tolerance: float) -> Tensor:
+    """The one rule for "a group is one value": its values, between `lo` and `hi`, differ by
+    at most `tolerance` * `magnitude`, the group's largest sum of |terms| (a reward as given:
+    its |value|; a weighted sum: sum_k |w_k r_k|). With tolerance 0 (`summation_tolerance`
+    of one term) that is exact equality. An empty group (hi = -inf, lo = +inf) counts as
+    constant: no variation."""
+    if tolerance == 0:
+        return hi <= lo
+    return (hi <= lo) | ((hi - lo) <= tolerance * magnitude)
 
 
 def group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[Tensor, int]:
@@ -118,25 +163,29 @@ def group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[T
 
 class GroupExtremes(NamedTuple):
     """Per group of a batch (N groups): the largest and smallest non-NaN value (-inf / +inf
-    where none), and whether it holds a NaN; `index` [B] maps each sample to its group."""
+    where none), whether it holds a NaN, and the largest sum of |terms| of its values
+    (`constant_within`'s magnitude); `index` [B] maps each sample to its group."""
 
     index: Tensor
     hi: Tensor
     lo: Tensor
     has_nan: Tensor
-    tolerance: float  # `residue_tolerance` of the values' own dtype
+    magnitude: Tensor
+    tolerance: float
 
     def constant(self) -> Tensor:
-        """[N] bool: the group's non-NaN values are one value up to residue (`constant_within`)."""
-        return constant_within(self.hi, self.lo, self.tolerance)
+        """[N] bool: the group's non-NaN values are one value (`constant_within`)."""
+        return constant_within(self.hi, self.lo, self.magnitude, self.tolerance)
 
 
-def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = None) -> GroupExtremes:
+def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = None, *,
+                   magnitude: Tensor | None = None, tolerance: float = 0.0) -> GroupExtremes:
     """The extremes of `values` [B] in each group of `group_ids` [B], computed in float64 on
-    the values' device. `index`: a `group_rows` index already made for these ids there."""
-    values = torch.as_tensor(values)
-    tolerance = residue_tolerance(values.dtype)
-    values = values.to(torch.float64)
+    the values' device. `index`: a `group_rows` index already made for these ids there.
+    `magnitude` [B]: each value's sum of |terms| when it is a sum (default: |value|, a reward
+    as given), and `tolerance` the relative residue of that sum (`summation_tolerance`; 0,
+    the default: exact)."""
+    values = torch.as_tensor(values).to(torch.float64)
     if index is None:
         index, count = group_rows(group_ids, values.device)
     else:
@@ -149,4 +198,6 @@ def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = Non
     hi = groups.extreme(column, valid, "amax").squeeze(1)
     lo = groups.extreme(column, valid, "amin").squeeze(1)
     has_nan = groups.sum((~valid).to(torch.float64)).squeeze(1) > 0
-    return GroupExtremes(index, hi, lo, has_nan, tolerance)
+    size = column.abs() if magnitude is None else torch.as_tensor(magnitude, device=values.device).to(torch.float64).unsqueeze(1)
+    largest = groups.extreme(size, valid, "amax").squeeze(1)
+    return GroupExtremes(index, hi, lo, has_nan, largest, tolerance)

@@ -12,10 +12,11 @@ norm still needs it, else the float32 result). GDPO's batch norm is a second pas
 that sum.
 
 The definitions are the general path's (``_normalize_in_groups``, ``_weighted_sum``,
-``_batch_norm`` in gdpo_nemo.estimators.general): a group is constant when max - min <=
-tolerance * max(|max|, |min|) (the options' `residue_tolerance`), and its centred values are
-then exactly 0; a std
-of 0 leaves the centred value undivided; dividing by std + eps is multiplying by its
+``_batch_norm`` in gdpo_nemo.estimators.general): a group is constant by the one rule of
+gdpo_nemo.estimators.groups.constant_within (equal rewards; GRPO's sums within their
+residue), and its centred values are then exactly 0; every statistic is of the values less
+the group's first value, so an offset never rounds the mean; a std of 0 leaves the centred
+value undivided; dividing by std + eps is multiplying by its
 reciprocal (one float64 rounding apart; tests hold the paths together).
 
 Each block keeps its partial sums, so the result does not depend on the thread count.
@@ -114,12 +115,14 @@ def _split(count: int, parts: int) -> list[tuple[int, int]]:
 
 def dense_advantages(
     columns: list[Tensor], group_ids: Tensor, size: int, weights: Tensor, *, divide: bool, sum_first: bool,
-    batch_norm: bool, eps: float, ddof: int, batch_norm_eps: float, tolerance: float,
+    batch_norm: bool, eps: float, ddof: int, batch_norm_eps: float, tolerance: float, batch_tolerance: float,
 ) -> Tensor | None:
     """Advantages [B] float32 of float64 CPU `columns` (each [B]) in consecutive groups of
     `size`, all finite; None where the general path must decide: `group_ids` [B] are not
     runs of `size` with one distinct id each (checked in the same pass), a reward is not
-    finite, or the batch std is near cancellation.
+    finite, a statistic or advantage overflows (that path raises, naming the cause), or the
+    batch std is near cancellation. `tolerance`: the constant-group rule's for what is
+    normalized (rewards as given, or GRPO's sum); `batch_tolerance`: the batch norm's.
 
     Nothing here runs a parallel torch op: torch's OpenMP threads keep spinning for a while
     after one, and would take the cores from this module's threads."""
@@ -151,11 +154,13 @@ def dense_advantages(
         if np.unique(heads).shape[0] != heads.shape[0]:
             return None
     squares = math.fsum(block_squares.tolist())
+    if not math.isfinite(squares):
+        return None  # the squares overflow float64
     if not batch_norm:
         # Every |value| is below sqrt(squares): within float32's range unless the rewards
         # are extreme, and only then is the float32 output scanned.
         if not squares < _FLOAT32_MAX**2 and not bool(np.isfinite(out32.numpy()).all()):
-            raise RuntimeError("an advantage overflows float32: rewards this large need rescaling")
+            return None  # an advantage overflows float32
         return out32
     mean = math.fsum(block_sums.tolist()) / batch_size
     dof = batch_size - ddof
@@ -170,7 +175,7 @@ def dense_advantages(
     scale = 0.0
     for k, value in enumerate(largest.tolist()):
         scale += value * abs(float(w[k])) * math.sqrt(size - 1)
-    if std <= tolerance * scale:
+    if std <= batch_tolerance * scale:
         return None
     factor = 1.0 / (std + batch_norm_eps)
     flat = summed.reshape(-1)

@@ -15,16 +15,19 @@ jit = numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 
 
 @jit
-def statistics(rows, first, count, ddof, eps, divide, tolerance, means, factors, stds):
-    """For rows[first : first + count] (one group each): means[j] and factors[j] (1 / (std
-    + eps), 1 without `divide`, 0 for a constant group). Returns (the largest std * factor,
-    whether a value was not finite)."""
+def statistics(rows, first, count, ddof, eps, divide, tolerance, magnitudes, shifts, means, factors, stds):
+    """For rows[first : first + count] (one group each): shifts[j] (the group's first value),
+    means[j] (the mean of the values less it) and factors[j] (1 / (std + eps), 1 without
+    `divide` or where the std is 0, 0 for a constant group). `magnitudes[j]`: the group's
+    largest sum of |terms| where the rows are sums (GRPO's), or None: rewards as given.
+    Returns (the largest std * factor, whether a value was not finite)."""
     size = rows.shape[1]
     for j in range(count):
         values = rows[first + j]
         # Shifted by the group's first value, one pass gives the sum and the centred
-        # sum of squares without E[x^2] - E[x]^2's cancellation: |x_0 - mean| is at
-        # most the group's range.
+        # sum of squares without E[x^2] - E[x]^2's cancellation (|x_0 - mean| is at
+        # most the group's range), and the mean of the differences is exact to the
+        # spread's last place whatever the offset.
         shift = values[0]
         total = 0.0
         squares = 0.0
@@ -32,13 +35,14 @@ def statistics(rows, first, count, ddof, eps, divide, tolerance, means, factors,
             d = values[i] - shift
             total += d
             squares += d * d
-        means[j] = shift + total / size
+        shifts[j] = shift
+        means[j] = total / size
         factors[j] = max(squares - total * total / size, 0.0)
     # Every group's std, then its factor, at once (vectorized square roots, divisions).
     check = 0.0
     for j in range(count):
         std = math.sqrt(factors[j] / (size - ddof))
-        check += means[j] + std
+        check += shifts[j] + means[j] + std
         stds[j] = std
     if not math.isfinite(check):
         return 0.0, True  # a value is not finite (or the squares overflow)
@@ -50,9 +54,15 @@ def statistics(rows, first, count, ddof, eps, divide, tolerance, means, factors,
         largest = max(largest, std * factor)
         factors[j] = factor
     for j in range(count):
-        # A group with max - min <= tolerance * max(|max|, |min|) has a std below
-        # tolerance * |mean| / sqrt(2) (or 0): only those need their max and min.
-        if stds[j] > 2.0 * tolerance * abs(means[j]):
+        # The rule of gdpo_nemo.estimators.groups.constant_within: max - min <= tolerance *
+        # the group's magnitude (0: equal values). Such a group's std is at most its range,
+        # which is at most 2 * tolerance * |mean| (rewards as given) or tolerance *
+        # magnitude (sums): only those need their max and min. A std of 0 with values
+        # below 1e-140 may be underflow: those are compared too.
+        bound = tolerance * (abs(shifts[j] + means[j]) * 2.0 if magnitudes is None else magnitudes[j])
+        if stds[j] > bound or (stds[j] == 0.0 and tolerance == 0.0 and abs(shifts[j]) >= 1e-140):
+            if stds[j] == 0.0 and tolerance == 0.0:
+                factors[j] = 0.0  # equal values: its centred values are exactly 0
             continue
         values = rows[first + j]
         hi = values[0]
@@ -60,15 +70,16 @@ def statistics(rows, first, count, ddof, eps, divide, tolerance, means, factors,
         for i in range(size):
             hi = max(hi, values[i])
             lo = min(lo, values[i])
-        if hi - lo <= tolerance * max(abs(hi), abs(lo)):
+        limit = tolerance * (max(abs(hi), abs(lo)) if magnitudes is None else magnitudes[j])
+        if hi - lo <= limit:
             factors[j] = 0.0  # constant: its centred values are exactly 0
     return largest, False
 
 
 @jit
-def accumulate(rows, first, count, means, factors, weight, acc, assign):
-    """acc[j] (+)= ((rows[first + j] - means[j]) * factors[j]) * weight: `assign` for the
-    first component (constant groups give 0), added for the others."""
+def accumulate(rows, first, count, shifts, means, factors, weight, acc, assign):
+    """acc[j] (+)= (((rows[first + j] - shifts[j]) - means[j]) * factors[j]) * weight:
+    `assign` for the first component (constant groups give 0), added for the others."""
     size = rows.shape[1]
     for j in range(count):
         factor = factors[j]
@@ -79,17 +90,18 @@ def accumulate(rows, first, count, means, factors, weight, acc, assign):
                     row[i] = 0.0
             continue
         values = rows[first + j]
+        shift = shifts[j]
         mean = means[j]
         if assign:
             for i in range(size):
-                row[i] = ((values[i] - mean) * factor) * weight
+                row[i] = (((values[i] - shift) - mean) * factor) * weight
         else:
             for i in range(size):
-                row[i] += ((values[i] - mean) * factor) * weight
+                row[i] += (((values[i] - shift) - mean) * factor) * weight
 
 
 @jit
-def finish(rows, first, count, means, factors, weight, acc, out, out_first):
+def finish(rows, first, count, shifts, means, factors, weight, acc, out, out_first):
     """out[out_first + j] = acc[j] + the term of rows[first + j] (as `accumulate`); returns
     the sum and the sum of squares written."""
     size = rows.shape[1]
@@ -100,9 +112,10 @@ def finish(rows, first, count, means, factors, weight, acc, out, out_first):
         values = rows[first + j]
         source = acc[j]
         row = out[out_first + j]
+        shift = shifts[j]
         mean = means[j]
         for i in range(size):
-            a = source[i] + ((values[i] - mean) * factor) * weight
+            a = source[i] + (((values[i] - shift) - mean) * factor) * weight
             row[i] = a
             total += a
             squares += a * a
@@ -132,35 +145,54 @@ def check_ids(ids, first, count):
 
 
 @jit
-def weighted_sum(columns, weights, first, count, summed):
-    """summed[j] = sum_k w_k columns[k][first + j] (GRPO's reward sum), in component order."""
+def weighted_sum(columns, weights, first, count, summed, magnitudes):
+    """GRPO's reward sum of rows [first, first + count): summed[j] = sum_k w_k (columns[k] -
+    its group's first value), in component order (one reward: w x as given), and
+    magnitudes[j] = the group's largest sum_k |w_k (x_k - first x_k)| (|w x| for one reward):
+    its residue's scale. Relative to the first values, no offset or size of a component
+    rounds the sum (the general path's `relative_sums`, with another reference)."""
     size = summed.shape[1]
+    single = len(columns) == 1
     for j in range(count):
         row = summed[j]
-        values = columns[0][first + j]
-        w = weights[0]
         for i in range(size):
-            row[i] = values[i] * w
-        for k in range(1, len(columns)):
+            row[i] = 0.0
+        for k in range(len(columns)):
             values = columns[k][first + j]
             w = weights[k]
-            for i in range(size):
-                row[i] += values[i] * w
+            reference = 0.0 if single else values[0]
+            if k == 0:
+                for i in range(size):
+                    row[i] = (values[i] - reference) * w
+            else:
+                for i in range(size):
+                    row[i] += (values[i] - reference) * w
+        largest = 0.0
+        for i in range(size):
+            part = 0.0
+            for k in range(len(columns)):
+                values = columns[k][first + j]
+                part += abs((values[i] - (0.0 if single else values[0])) * weights[k])
+            largest = max(largest, part)
+        magnitudes[j] = largest
 
 
 @jit
 def group_pass(columns, ids, weights, eps, ddof, divide, sum_first, tolerance, out, block_groups,
                first_block, last_block, block_sums, block_squares, block_largest, block_state):
     """Blocks [first_block, last_block) of `block_groups` groups. GDPO (not `sum_first`):
-    out[g] = sum_k w_k (x_k[g] - mean) * factor, each component normalized in its group;
-    GRPO (`sum_first`): the weighted sum of the components normalized in its group. Per
+    out[g] = sum_k w_k ((x_k[g] - shift) - mean) * factor, each component normalized in its
+    group; GRPO (`sum_first`): the weighted sum of the components normalized in its group
+    (`tolerance`: the constant-group rule's, for rewards as given or for the sum). Per
     block: the sum and sum of squares written, each normalized part's largest std * factor,
     and a state: 0 = the ids are not runs of one id per group (nothing computed), 1 / 2 =
     they are (increasing / not), 3 = a value is not finite. `columns`, `ids`: [groups, size]."""
     num_groups, size = columns[0].shape
+    shifts = np.empty(block_groups)
     means = np.empty(block_groups)
     factors = np.empty(block_groups)
     stds = np.empty(block_groups)
+    magnitudes = np.empty(block_groups)
     acc = np.empty((block_groups, size))
     summed = np.empty((block_groups if sum_first else 1, size))
     last = len(columns) - 1
@@ -173,25 +205,26 @@ def group_pass(columns, ids, weights, eps, ddof, divide, sum_first, tolerance, o
             continue
         bad = False
         if sum_first:
-            weighted_sum(columns, weights, first, count, summed)
-            largest, bad = statistics(summed, 0, count, ddof, eps, divide, tolerance, means, factors, stds)
+            weighted_sum(columns, weights, first, count, summed, magnitudes)
+            largest, bad = statistics(summed, 0, count, ddof, eps, divide, tolerance, magnitudes, shifts, means,
+                                      factors, stds)
             block_largest[block, 0] = largest
             acc[:count] = 0.0
             block_sums[block], block_squares[block] = finish(
-                summed, 0, count, means, factors, 1.0, acc, out, first)
+                summed, 0, count, shifts, means, factors, 1.0, acc, out, first)
         else:
             if last == 0:
                 acc[:count] = 0.0
             for k in range(last + 1):
                 largest, bad_k = statistics(
-                    columns[k], first, count, ddof, eps, divide, tolerance, means, factors, stds)
+                    columns[k], first, count, ddof, eps, divide, tolerance, None, shifts, means, factors, stds)
                 block_largest[block, k] = largest
                 bad = bad or bad_k
                 if k < last:
-                    accumulate(columns[k], first, count, means, factors, weights[k], acc, k == 0)
+                    accumulate(columns[k], first, count, shifts, means, factors, weights[k], acc, k == 0)
                 else:
                     block_sums[block], block_squares[block] = finish(
-                        columns[k], first, count, means, factors, weights[k], acc, out, first)
+                        columns[k], first, count, shifts, means, factors, weights[k], acc, out, first)
         if bad:
             block_state[block] = 3
 

@@ -26,12 +26,15 @@ __all__ = [
     "weights_problem",
 ]
 
-# Rewards that are one value up to float residue (a sum of the same terms in another order
-# differs in its last bits) count as equal: max - min <= RESIDUE_EPSILONS machine epsilons of
-# the rewards' own dtype, relative to their magnitude (float64: 4.4e-16, float32: 2.4e-7).
-# Tied to the dtype, not a fixed fraction, so that moving every reward by a constant never
-# merges rewards the dtype still tells apart (1e6 and 1e6 + 1 in float64, 1000 and 1000.0005
-# in float32: 8 units in the last place); `AdvantageOptions.residue_tolerance` overrides it.
+# When is a group "one value" (no signal, advantage exactly 0)? Decided from the rewards
+# themselves (gdpo_nemo.estimators.groups.constant_within): a reward as given is exact, so a
+# group of rewards is constant only when they are equal, whatever dtype they came in
+# (bfloat16 3.0 and 3.03125 differ, as they do in float32; 1e6 and 1e6 + 1 in float64).
+# Only a value this package summed (GRPO's weighted sum of K components, in float64, each
+# less its group's smallest) carries residue of its own arithmetic: sums within
+# RESIDUE_EPSILONS * (2K + 1) float64 epsilons of the group's largest sum of |terms| are one
+# value (0.1 + 0.2 and 0.3 + 0.0 are).
+# `AdvantageOptions.residue_tolerance` replaces that tolerance everywhere.
 RESIDUE_EPSILONS = 2.0
 SCALE_REWARDS = ("group", "batch", "none")
 SINGLE_SAMPLE_GROUPS = ("raise", "zero")
@@ -137,8 +140,10 @@ class AdvantageOptions:
         False, "reproduce the preset's peer bit for bit (its float32 formulas and residue); needs a preset",
         "docs/estimators.md", boolean)
     residue_tolerance: float | None = option(
-        None, "relative tolerance under which a group's rewards are one value up to float residue (max - min <="
-        " tolerance x max(|max|, |min|)); null: 2 machine epsilons of the rewards' dtype; 0: exact equality only",
+        None, "relative tolerance under which a group's values are one value (max - min <= tolerance x the group's"
+        " largest sum of |terms|: |r| for a reward as given, sum_k |w_k (r_k - the group's smallest r_k)| for GRPO's"
+        " weighted sum); null: exact for a reward as given, 2 (2K + 1) float64 epsilons for GRPO's sum of K >= 2;"
+        " 0: exact equality only",
         "ours (docs/estimators.md)", number(0.0, nullable=True))
 
     @classmethod

@@ -12,38 +12,51 @@ from collections import defaultdict
 
 from gdpo_nemo.estimators import PRESETS, RESIDUE_EPSILONS, AdvantageOptions
 
-# The residue tolerance of the rewards' dtype before they became Python floats: float32's (what
-# torch.tensor makes of a list of floats, as the tests do) unless residue_tolerance is given.
-FLOAT32_TOLERANCE = RESIDUE_EPSILONS * 2.0**-23
+# The rule of a constant group, written again from its definition (docs/estimators.md): a
+# reward as given is exact (equal or not); a sum of K weighted rewards is one value within
+# RESIDUE_EPSILONS * K float64 epsilons of the largest sum of |terms| in the group.
+EPS64 = 2.0**-52
 
 
-def _all_equal(values: list[float], tolerance: float) -> bool:
+def _tolerance(options: AdvantageOptions, terms: int) -> float:
+    if options.residue_tolerance is not None:
+        return options.residue_tolerance
+    return 0.0 if terms <= 1 else RESIDUE_EPSILONS * terms * EPS64
+
+
+def _all_equal(values: list[float], tolerance: float, sizes: list[float] | None = None) -> bool:
     hi, lo = max(values), min(values)
-    return hi - lo <= tolerance * max(abs(hi), abs(lo))
+    size = max(sizes) if sizes is not None else max(abs(hi), abs(lo))
+    return hi - lo <= tolerance * size
 
 
-def _std(values: list[float], ddof: int, tolerance: float) -> float:
-    if len(values) - ddof <= 0 or _all_equal(values, tolerance):
+def _std(values: list[float], ddof: int, tolerance: float, sizes: list[float] | None = None) -> float:
+    if len(values) - ddof <= 0 or _all_equal(values, tolerance, sizes):
         return 0.0
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - ddof))
 
 
-def _normalize(values: list[float | None], options: AdvantageOptions, divide: bool) -> list[float]:
-    """One group, one component: centred (and scaled) value per sample; None = missing."""
+def _normalize(values: list[float | None], options: AdvantageOptions, divide: bool,
+               sizes: list[float] | None = None, terms: int = 1) -> list[float]:
+    """One group, one component: centred (and scaled) value per sample; None = missing.
+    `sizes`: each value's sum of |terms| when the values are sums of `terms` terms."""
     present = [i for i, v in enumerate(values) if v is not None]
     out = [0.0] * len(values)
     if len(present) < 2:
         return out
+    tolerance = _tolerance(options, terms)
     for i in present:
         if options.leave_one_out:
-            pool = [values[j] for j in present if j != i]
+            mates = [j for j in present if j != i]
         else:
-            pool = [values[j] for j in present]
+            mates = present
+        pool = [values[j] for j in mates]
+        pool_sizes = None if sizes is None else [sizes[j] for j in mates]
         baseline = sum(pool) / len(pool)
-        std = _std(pool, options.std_ddof, options.residue_tolerance)
+        std = _std(pool, options.std_ddof, tolerance, pool_sizes)
         centred = values[i] - baseline
-        if not options.leave_one_out and _all_equal(pool, options.residue_tolerance):
+        if not options.leave_one_out and _all_equal(pool, tolerance, pool_sizes):
             centred = 0.0
         out[i] = centred / (std + options.eps) if (divide and std > 0) else centred
     return out
@@ -62,8 +75,7 @@ def loop_advantages(
 ) -> list[float]:
     """Advantages [B] as Python floats; NaN marks a missing component. Same spec as
     `compute_advantages` (token_lengths: response tokens per sample, for per-token BN)."""
-    options = AdvantageOptions(**{**(PRESETS[preset] if preset else {}), "residue_tolerance": FLOAT32_TOLERANCE,
-                                  **overrides, "leave_one_out": leave_one_out})
+    options = AdvantageOptions(**{**(PRESETS[preset] if preset else {}), **overrides, "leave_one_out": leave_one_out})
     names = list(rewards)
     weights = {name: 1.0 for name in names} | dict(reward_weights or {})
     batch = len(group_ids)
@@ -76,15 +88,17 @@ def loop_advantages(
     advantage = [0.0] * batch
     magnitude = {name: 0.0 for name in names}  # max |w_k A_k| per component: the scale before cancelling
     scale = "none" if estimator == "grpo_no_std" else options.scale_rewards
-    all_sums = []
+    all_sums, all_sizes = [], []
     for rows in members.values():
         if estimator in ("grpo", "grpo_no_std"):
             sums = [
                 sum(weights[n] * cell[(n, b)] for n in names if cell[(n, b)] is not None) if row_valid[b] else None
                 for b in rows
             ]
+            sizes = [sum(abs(weights[n] * cell[(n, b)]) for n in names if cell[(n, b)] is not None) for b in rows]
             all_sums += [v for v in sums if v is not None]
-            for b, a in zip(rows, _normalize(sums, options, divide=scale == "group")):
+            all_sizes += [z for v, z in zip(sums, sizes) if v is not None]
+            for b, a in zip(rows, _normalize(sums, options, scale == "group", sizes, len(names))):
                 advantage[b] = a
         else:
             for name in names:
@@ -93,7 +107,7 @@ def loop_advantages(
                     advantage[b] += weights[name] * a
                     magnitude[name] = max(magnitude[name], abs(weights[name] * a))
     if scale == "batch":  # TRL: the group-centred sums over the std of all sums
-        std = _std(all_sums, options.std_ddof, options.residue_tolerance) if len(all_sums) > 1 else 0.0
+        std = _std(all_sums, options.std_ddof, _tolerance(options, len(names)), all_sizes) if len(all_sums) > 1 else 0.0
         return [a / (std + options.eps) if std > 0 else a for a in advantage]
     if estimator != "gdpo":
         return advantage
@@ -107,7 +121,7 @@ def loop_advantages(
     if total - options.std_ddof <= 0:
         return [0.0] * batch
     var = sum(w * c * c for w, c in zip(weight, centred)) / (total - options.std_ddof)
-    if math.sqrt(var) <= options.residue_tolerance * sum(magnitude.values()):
+    if math.sqrt(var) <= _tolerance(options, len(names)) * sum(magnitude.values()):
         return [0.0] * batch
     if token_lengths is None:
         return [c / (math.sqrt(var) + options.batch_norm_eps) for c in centred]

@@ -310,7 +310,8 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
                                                distinct_advantage_groups, zero_std_fraction)
     from gdpo_nemo.config.settings import EstimatorSettings
 
-    weights = EstimatorSettings.from_gdpo(state.config["gdpo"]).options.reward_weights  # the sum GRPO normalizes
+    options = EstimatorSettings.from_gdpo(state.config["gdpo"]).options
+    weights = options.reward_weights  # the sum GRPO normalizes
 
     completion_mask = rollouts.completion_mask
     generated_tokens = int(completion_mask.sum())
@@ -327,7 +328,7 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
         "train/truncation_rate": float(rollouts.truncated.float().mean()),
         "train/global_valid_toks": generated_tokens,
         "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
-        **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids).items()},
+        **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids, options.residue_tolerance or 0.0).items()},
         "train/adv/collapsed_frac": collapsed_group_fraction(rewards, group_ids, weights),
         **{f"train/adv/gap/{name}": value for name, value in component_advantage_gaps(advantages, rewards, group_ids).items()},
         **exceed_metrics(state.reward_set, rollouts, "train"),

@@ -105,7 +105,9 @@ def group_diagnostics(
     gaps without `settings`)."""
     if not components or not _groups_of_two_or_more(group_ids):
         return {}
-    metrics = {f"adv/zero_std_frac/{name}": share for name, share in zero_std_fraction(dict(components), group_ids).items()}
+    tolerance = (settings.options.residue_tolerance or 0.0) if settings is not None else 0.0
+    shares = zero_std_fraction(dict(components), group_ids, tolerance)
+    metrics = {f"adv/zero_std_frac/{name}": share for name, share in shares.items()}
     weights = settings.options.reward_weights if settings is not None else None
     metrics["adv/collapsed_frac"] = collapsed_group_fraction(dict(components), group_ids, weights)
     if settings is not None:

@@ -26,19 +26,20 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.estimators import estimator_info
-from gdpo_nemo.estimators.groups import group_extremes
+from gdpo_nemo.estimators.groups import Groups, group_extremes, group_rows, relative_sums, sum_terms, tolerance_of
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import reward_components
 
 __all__ = ["group_range", "group_signal_spread"]
 
 
-def group_range(values: Tensor, group_ids: Tensor) -> Tensor:
+def group_range(values: Tensor, group_ids: Tensor, magnitude: Tensor | None = None, tolerance: float = 0.0) -> Tensor:
     """Tensor[B]: max - min of `values` (Tensor[B]) over each sample's group (`group_ids`,
-    Tensor[B] of ints); 0 for a group that is one value up to float residue (the estimators'
-    `constant_within`: it gives no advantage); inf for a group holding a NaN (never 0: such a
-    group is kept)."""
-    extremes = group_extremes(values, group_ids)
+    Tensor[B] of ints); 0 for a group that is one value by the estimators' rule
+    (`constant_within`: equal rewards, or sums within `tolerance` of their largest
+    `magnitude`, sum_k |w_k r_k|: it gives no advantage); inf for a group holding a NaN
+    (never 0: such a group is kept)."""
+    extremes = group_extremes(values, group_ids, magnitude=magnitude, tolerance=tolerance)
     spread = torch.where(extremes.constant(), torch.zeros_like(extremes.hi), extremes.hi - extremes.lo)
     spread = torch.where(extremes.has_nan, torch.full_like(spread, torch.inf), spread)
     return spread[extremes.index]
@@ -54,8 +55,23 @@ def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor |
     groups = batch_group_ids(batch)
     if not components or groups is None:
         return None
+    options = settings.options
     if estimator_info(settings.estimator).multi_component:
-        return torch.stack([group_range(values, groups) for values in components.values()]).amax(dim=0)
-    weights = settings.options.reward_weights or {}
-    signal = sum(float(weights.get(name, 1.0)) * values for name, values in components.items())
-    return group_range(signal, groups)
+        tolerance = tolerance_of(options, 1)
+        return torch.stack([group_range(values, groups, tolerance=tolerance)
+                            for values in components.values()]).amax(dim=0)
+    weights = options.reward_weights or {}
+    # The weighted sum as the estimators form and judge it (`relative_sums`: each component
+    # less its group's smallest value; NaN marks a missing component).
+    names = list(components)
+    matrix = torch.stack([torch.as_tensor(components[name]).to(torch.float64) for name in names], dim=1)
+    index, count = group_rows(groups, matrix.device)
+    valid = ~torch.isnan(matrix)
+    if len(names) == 1:
+        signal = float(weights.get(names[0], 1.0)) * matrix[:, 0]
+        return group_range(signal, groups, tolerance=tolerance_of(options, 1))
+    vector = torch.tensor([float(weights.get(name, 1.0)) for name in names], dtype=torch.float64)
+    sums, magnitude = relative_sums(torch.where(valid, matrix, torch.zeros_like(matrix)), valid, vector,
+                                    Groups(index=index, num_groups=count))
+    sums = torch.where(valid.any(dim=1), sums, torch.full_like(sums, torch.nan))
+    return group_range(sums, groups, magnitude, tolerance_of(options, sum_terms(len(names))))
