@@ -188,6 +188,39 @@ def test_every_path_equals_the_exact_definition(dtype, monkeypatch):
     assert checked > 100
 
 
+@pytest.mark.parametrize("peer", ["nemo_rl", "trl", "verl"])
+def test_the_peers_own_code_agrees_on_every_dtype_where_it_is_exact(peer):
+    # The same dyadic batches in every dtype, given to the peer's own estimators as float64
+    # values (tests/peers/*_driver.py). Where each peer is exact: NeMo RL's variance is
+    # E[x^2] - E[x]^2 (it cancels at an offset), so it gets no offset; verl takes a two-pass
+    # std, exact at these offsets; TRL computes in float32 only, so it gets the offsets whose
+    # rewards float32 holds (groups of 4 and 8: its float32 means are exact too).
+    from tests.test_peer_conformance import first_token, our_kwargs, run_peer
+
+    rng = random.Random(peer)
+    cases, mine = [], {}
+    for dtype in DTYPES:
+        offsets = OFFSETS[dtype][:1] if peer == "nemo_rl" else OFFSETS[dtype][:2]
+        if peer == "trl" and dtype in (torch.float64, torch.int64):
+            offsets = [0]
+        for offset in offsets:
+            for size in (4, 8):
+                rewards, groups, exact = batch_of(rng, dtype, offset, prompts=5, size=size)
+                for estimator in ("grpo", "gdpo"):
+                    for loo in ((False, True) if peer == "nemo_rl" else (False,)):
+                        case = {"id": f"{dtype} {offset} {size} {estimator} {loo}", "peer": peer,
+                                "estimator": estimator, "scale": "group", "loo": loo, "names": ["r0", "r1"],
+                                "rewards": [[float(v) for v in row] for row in zip(*exact)],
+                                "group_ids": groups.tolist(), "weights": [1.0, 1.0],
+                                "token_lengths": [1] * groups.shape[0]}
+                        cases.append(case)
+                        mine[case["id"]] = compute_advantages(rewards, groups, estimator, **our_kwargs(case))
+    results = run_peer(peer, cases)
+    for case in cases:
+        theirs = first_token(results[case["id"]]["float32" if peer == "trl" else "float64"])
+        assert torch.allclose(mine[case["id"]].double(), theirs, atol=1e-4, rtol=1e-4), (case["id"], theirs)
+
+
 def test_strict_mode_equals_the_definition_where_the_peers_float32_is_exact(monkeypatch):
     # Binary rewards in groups of 2, 4 and 8: the peers' float32 sums, means and squares are
     # exact there, so their own arithmetic is the definition's.
