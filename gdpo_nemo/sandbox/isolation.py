@@ -195,17 +195,15 @@ class Isolation:
             "--die-with-parent", "--new-session", "--as-pid-1",
             "--hostname", "sandbox",
         ]
+        for path in SYSTEM_DIRS:  # merged-/usr links (/bin -> usr/bin) as the host has them
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
         if self.runtime is not None:  # only the copy: every page a program can read stays resident
-            for path in SYSTEM_DIRS:
-                if os.path.islink(path):
-                    args += ["--symlink", os.readlink(path), path]
             for top in self.runtime.tops:
                 args += ["--ro-bind", str(self.runtime.path / top), f"/{top}"]
         else:
             for path in SYSTEM_DIRS:
-                if os.path.islink(path):
-                    args += ["--symlink", os.readlink(path), path]
-                elif os.path.isdir(path):
+                if not os.path.islink(path) and os.path.isdir(path):
                     args += ["--ro-bind", path, path]
             for path in ETC_FILES:
                 args += ["--ro-bind-try", path, path]

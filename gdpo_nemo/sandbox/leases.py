@@ -26,6 +26,7 @@ import secrets
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 LEASE_ENV = "GDPO_NEMO_LEASE_DIR"
 ROOT_LEASE_DIR = "/run/gdpo-nemo/leases"
@@ -81,10 +82,31 @@ def _path(directory: Path, kind: str, number: int) -> Path:
 _SWEPT: set = set()
 
 
+def remove_unheld(lock: Path, *, create: bool = False, guarded: Callable[[], None] | None = None) -> bool:
+    """Unlink the lock file `lock` if nobody holds it (an exclusive lock taken without
+    waiting), after `guarded()` removed what it guards; False when it is held or cannot be
+    opened. `create`: open it even if it does not exist yet (a guarded thing whose lock was
+    lost). A taker that opened the file just before it went finds it gone (its inode check)."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(lock, flags, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if guarded is not None:
+            guarded()
+        os.unlink(lock)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _sweep(directory: Path, kind: str) -> None:
     """Unlink the files of `kind` nobody holds (left by harnesses that were killed), once per
-    process and directory: each is locked first, so a file in use is never touched, and a
-    taker that opened one just before it went finds it gone (its inode check) and moves on."""
+    process and directory (`remove_unheld`: a file in use is never touched)."""
     if (directory, kind) in _SWEPT:
         return
     _SWEPT.add((directory, kind))
@@ -93,17 +115,7 @@ def _sweep(directory: Path, kind: str) -> None:
     except OSError:
         return
     for path in found:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.unlink(path)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        remove_unheld(path)
 
 
 def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:

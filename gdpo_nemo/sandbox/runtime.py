@@ -261,17 +261,4 @@ def _remove_unused(key: str) -> None:
         return
     for path in found:
         lock = leases.lease_dir() / f"runtime-{path.name.rsplit('-', 1)[1]}.lock"
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # in use
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-            lock.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
+        leases.remove_unheld(lock, create=True, guarded=lambda path=path: shutil.rmtree(path, ignore_errors=True))
