@@ -8,9 +8,11 @@ functions:
     run(args: argparse.Namespace) -> int                      # exit code
 
 Modules are imported only when their subcommand is chosen (or for `--help`), so
-`gdpo-nemo score` does not pay for importing torch or transformers. A ValueError out of a
-command is bad input: one line `gdpo-nemo <command>: error: <message>` on stderr, exit 2
-(gdpo_nemo.commands.args).
+`gdpo-nemo score` does not pay for importing torch or transformers. A UserError out of a
+command (gdpo_nemo.errors: what our own checks raise) is bad input: one line
+`gdpo-nemo <command>: error: <message>` on stderr, exit 2 (gdpo_nemo.commands.args). Any
+other exception, a ValueError from a library or a bug included, keeps its traceback, then one
+line saying it is not the input's fault, exit 1.
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
 
-from gdpo_nemo.commands.args import BAD_INPUT, INTERRUPTED, DefaultsHelpFormatter, parse_with_overrides, report_error
+from gdpo_nemo.commands.args import (
+    BAD_INPUT,
+    FAILED,
+    INTERRUPTED,
+    DefaultsHelpFormatter,
+    parse_with_overrides,
+    report_error,
+)
+from gdpo_nemo.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -92,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_overrides(parser, argv) if intermixed else parser.parse_args(argv)
     try:
         return int(_load(args.command).run(args) or 0)
-    except ValueError as err:
+    except UserError as err:
         # Bad input (a key, a file, an option): one clear line, no traceback.
         return report_error(f"gdpo-nemo {args.command}", err, BAD_INPUT)
     except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError) as err:
@@ -114,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         hint = getattr(_load(args.command), "resume_hint", lambda _: None)(args)
         report_error(f"gdpo-nemo {args.command}", "interrupted" + (f"; to continue: {hint}" if hint else ""), INTERRUPTED)
         return INTERRUPTED
+    except Exception as err:  # not the input's fault: the traceback, then what it was
+        traceback.print_exc()
+        summary = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return report_error(f"gdpo-nemo {args.command}",
+                            f"internal error ({type(err).__name__}{': ' + summary if summary else ''}); the traceback"
+                            " above says where. Not a problem with your input: please report it", FAILED)
 
 
 if __name__ == "__main__":

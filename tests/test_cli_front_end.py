@@ -187,3 +187,50 @@ def test_a_misspelled_override_and_another_engines_config_say_what_to_do_in_one_
     done = cli("train", "--config", nemo)
     line = one_line(done)
     assert done.returncode == 2 and "cluster=local" in line and "gdpo_nemo.commands.nemo_run" in line, line
+
+
+def test_a_library_valueerror_inside_a_command_is_an_internal_error_with_its_traceback(tmp_path):
+    # Issue 47: a numpy reshape error inside a command read "error: cannot reshape array ..."
+    # with exit 2, as if the input were wrong. Now only our own checks (UserError) are one
+    # line with exit 2; anything else keeps its traceback and exits 1.
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "import numpy as np\n"
+        "from gdpo_nemo import cli\n"
+        "from gdpo_nemo.commands import score\n"
+        "score.run = lambda args: np.zeros(3).reshape(2, 2)\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("")
+    done = subprocess.run([sys.executable, str(script), "score", str(rows), "--task", "math"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr and "reshape" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gdpo-nemo score: error: internal error (ValueError: cannot reshape array")
+    assert "Not a problem with your input" in last
+    # our own check of the same command stays one line, exit 2
+    done = cli("score", rows, "--task", "math", "--components", "nope")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert one_line(done) == ("gdpo-nemo score: error: unknown reward component 'nope' for task 'math'; accepted:"
+                              " correctness, length, format")
+
+
+def test_every_error_our_checks_raise_is_a_user_error():
+    # The checks raise UserError (a ValueError, so `except ValueError` still holds); only the
+    # sandbox's own protocol and worker modules raise plain ValueError, which they catch, and
+    # the driver runs inside the sandbox, where the package is not.
+    import ast
+
+    plain = []
+    for path in sorted((REPO / "gdpo_nemo").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                func = node.exc.func
+                if isinstance(func, ast.Name) and func.id == "ValueError":
+                    plain.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    allowed = ("gdpo_nemo/sandbox/protocol.py", "gdpo_nemo/sandbox/values.py", "gdpo_nemo/sandbox/worker.py",
+               "gdpo_nemo/sandbox/_driver", "gdpo_nemo/evaluation/bfcl_worker.py")
+    assert [p for p in plain if not p.startswith(allowed)] == []

@@ -242,3 +242,80 @@ def test_every_estimator_option_is_a_gdpo_key_declared_once():
     assert EstimatorSettings.from_gdpo(cc.compose("gsm8k", "tiny", "gdpo", overrides=["gdpo.preset=verl"])["gdpo"]).options.batch_norm_eps == 1e-8
     with pytest.raises(cc.ConfigError, match=r"gdpo.batch_norm_eps: -1 is not accepted; expected a number >= 0.0 or null"):
         cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", overrides=["gdpo.batch_norm_eps=-1"])
+
+
+def _written_defaults() -> dict:
+    """{key path: the source text of the default argument} of every used(...) leaf of the key
+    tree as written in gdpo_nemo/config/nemo_keys.py (sections followed through their names)."""
+    import ast
+
+    source = (REPO / "gdpo_nemo" / "config" / "nemo_keys.py").read_text()
+    named = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            named[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            named[node.target.id] = node.value
+    found = {}
+
+    def spec(value, path):
+        value = named.get(value.id, value) if isinstance(value, ast.Name) else value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "used":
+            found[path] = ast.get_source_segment(source, value.args[1])
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "Alt":
+            for option in value.args:
+                spec(option, path)
+        elif isinstance(value, ast.Dict):
+            for key, item in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    spec(item, f"{path}.{key.value.rstrip('?')}" if path else key.value.rstrip("?"))
+
+    spec(named["TREE"], "")
+    return found
+
+
+def test_one_default_per_nemo_rl_key():
+    # Issue 47: 42 defaults were written both in configs/base.yaml and in the key tree, and 11
+    # differed (a local config without policy.optimizer got lr 5e-6, every composed one 1e-6).
+    # Now a used key that base.yaml sets takes base.yaml's value (BASE in the tree), unless
+    # nemo_keys.OWN_DEFAULTS says why not; the local engine fills in exactly that value.
+    import yaml
+
+    from gdpo_nemo.config import nemo_keys
+
+    base = yaml.safe_load((REPO / "configs" / "base.yaml").read_text())
+    written = _written_defaults()
+    assert len(written) > 50
+    in_base, derived = [], []
+    for path, text in written.items():
+        value = get_path(base, path) if _has_path(base, path) else None
+        if not _has_path(base, path):
+            assert path not in nemo_keys.OWN_DEFAULTS, path
+            continue
+        in_base.append(path)
+        if text == "BASE":
+            derived.append(path)
+            assert path not in nemo_keys.OWN_DEFAULTS, path
+            assert _leaf(nemo_keys.TREE, path).default == value, path
+        else:
+            assert path in nemo_keys.OWN_DEFAULTS, f"{path}: written in the key tree ({text}) and in base.yaml ({value!r})"
+    assert len(derived) == 44 and len(in_base) == 44 + len(nemo_keys.OWN_DEFAULTS)
+    local, _ = load_run_config(TINY, ["~policy.optimizer"])
+    assert local["policy"]["optimizer"]["kwargs"]["lr"] == get_path(base, "policy.optimizer.kwargs")["lr"] == 1e-6
+
+
+_ABSENT = object()
+
+
+def _has_path(config: dict, path: str) -> bool:
+    return get_path(config, path, _ABSENT) is not _ABSENT
+
+
+def _leaf(tree: dict, path: str):
+    from gdpo_nemo.config.nemo_keys import Alt
+
+    node = tree
+    for part in path.split("."):
+        options = node.options if isinstance(node, Alt) else (node,)
+        node = next(o[k] for o in options if isinstance(o, dict) for k in (part, f"{part}?") if k in o)
+    return node

@@ -1,4 +1,4 @@
-"""Issue 36: one engine contract (gdpo_nemo.engines.contract) that both engines implement, and
+"""Issue 36: one engine contract (gdpo_nemo.config.engines) that both engines implement, and
 every list of engines derived from its registry."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gdpo_nemo.config import ConfigError, key_walk, settings
-from gdpo_nemo.engines.contract import ENGINES, Engine, engine, register_engine
+from gdpo_nemo.config.engines import ENGINES, Engine, engine, register_engine
 from gdpo_nemo.sweep import profiles
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_every_list_of_engines_is_the_registry():
     assert list(ENGINES) == ["local", "nemo"]
-    assert settings.ENGINES == key_walk.ENGINES == profiles.ENGINES == tuple(ENGINES)
+    assert settings.ENGINES is key_walk.ENGINES is profiles.ENGINES is ENGINES  # the registry itself, read live
     for name in ENGINES:
         key_walk.walk({}, engine=name)  # the key tree has a fate for every key on each engine
     with pytest.raises(ValueError, match="engine 'trl' is not known: use one of local, nemo"):

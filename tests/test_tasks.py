@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -383,7 +384,10 @@ def test_every_list_of_tasks_is_the_task_registry():
 
     names = list(TASKS)
     assert names == ["toolcall", "gsm8k", "math", "code"]
-    assert list(settings.TASKS) == list(rewards.TASKS) == list(score.TASK_CHOICES) == names
+    parser = argparse.ArgumentParser()
+    score.add_arguments(parser)
+    choices = next(action.choices for action in parser._actions if action.dest == "task")
+    assert list(settings.TASKS) == list(rewards.TASKS) == list(choices) == names
     assert list(data.PROCESSORS) == list(derive.PROCESSOR_NAMES.values()) == [f"gdpo_{n}" for n in names]
     assert [data.PROCESSORS[f"gdpo_{n}"].__name__ for n in names] == [f"{n}_processor" for n in names]
     assert runner.TASK_BENCHMARKS == {n: TASKS[n].benchmarks for n in names if TASKS[n].evaluation == "runner"}
@@ -405,3 +409,52 @@ def test_a_task_class_must_name_its_rewards_and_a_consistent_evaluation():
         with pytest.raises(ValueError, match=message):
             register_task(cls)
     assert "toy" not in TASKS
+
+
+LIVE_REWARDS = None  # the reward table of the task the next test registers (its `rewards` names it)
+
+
+def test_a_task_registered_after_import_passes_both_engines_checks_and_trains(tmp_path):
+    # Issue 47: the lists of tasks were copied into tuples at import, so a task registered
+    # later passed the config check and was then refused by get_reward_set, with no NeMo RL
+    # processor or environment. Every list now reads the registry when asked.
+    import dataclasses
+
+    from gdpo_nemo import config as cc
+    from gdpo_nemo import rewards
+    from gdpo_nemo.config import derive, settings
+    from gdpo_nemo.engines.local.config import load_run_config
+    from gdpo_nemo.engines.local.trainer import train
+    from gdpo_nemo.engines.nemo import data
+    from gdpo_nemo.rewards import gsm8k as gsm8k_rewards
+    from gdpo_nemo.sweep import render
+    from gdpo_nemo.tasks import register_task
+    from gdpo_nemo.tasks.gsm8k import Gsm8kTask
+
+    global LIVE_REWARDS
+    LIVE_REWARDS = dataclasses.replace(gsm8k_rewards.TASK_REWARDS, task="gsm8k_live")
+    cls = dataclasses.dataclass(frozen=True)(
+        type("LiveTask", (Gsm8kTask,), {"name": "gsm8k_live", "rewards": f"{__name__}:LIVE_REWARDS"}))
+    register_task(cls)
+    try:
+        assert "gsm8k_live" in settings.TASKS and "gsm8k_live" in rewards.TASKS
+        assert rewards.get_reward_set("gsm8k_live").task == "gsm8k_live"
+        assert derive.ENV_NAMES["gsm8k_live"] == derive.PROCESSOR_NAMES["gsm8k_live"] == "gdpo_gsm8k_live"
+        assert data.PROCESSORS["gdpo_gsm8k_live"].__name__ == "gsm8k_live_processor"
+        assert "gsm8k_live" not in render.EVAL_TASKS  # a gsm8k task: no evaluation
+        # The NeMo RL engine's check of a run config of the new task.
+        composed = cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "grpo", cluster="nemo_1n1g")
+        composed["gdpo"]["task"] = "gsm8k_live"
+        composed["env"] = {"gdpo_gsm8k_live": {**composed["env"].pop("gdpo_gsm8k"), "task": "gsm8k_live"}}
+        for split in ("train", "validation"):
+            composed["data"][split]["task"] = "gsm8k_live"
+        composed["data"]["default"].update(processor="gdpo_gsm8k_live", env_name="gdpo_gsm8k_live")
+        cc.validate(composed)
+        # The local engine: its check, then two steps of training on the new task.
+        config, _ = load_run_config(REPO / "configs" / "local" / "tiny.yaml",
+                                    ["gdpo.task=gsm8k_live", "grpo.max_num_steps=2"])
+        train(config, tmp_path / "run", log=lambda *args: None)
+        lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert [row["step"] for row in lines if "train/reward/correctness" in row] == [1, 2]
+    finally:
+        del TASKS["gsm8k_live"]

@@ -11,12 +11,13 @@ import random
 
 import pytest
 
+from gdpo_nemo.rewards import get_reward_set
 from gdpo_nemo.tasks import get_task
 
 
 def _demonstration_scores(name: str, examples, **reward_options):
     task = get_task(name)
-    rewards = task.reward_set(**reward_options)
+    rewards = get_reward_set(name, **reward_options)
     rng = random.Random(7)
     demos = [task.demonstration(example, rng) for example in examples]
     scores = rewards.score_batch(
@@ -28,9 +29,9 @@ def _demonstration_scores(name: str, examples, **reward_options):
 
 
 def test_task_reward_set_is_the_registry_set_of_the_same_name():
-    assert get_task("gsm8k").reward_set().names == ["format", "correctness", "integer"]
-    assert get_task("toolcall").reward_set().names == ["format", "correctness"]
-    math = get_task("math").reward_set(["length", "correctness"], length_limit=300, conditioned_length=True)
+    assert get_reward_set("gsm8k").names == ["format", "correctness", "integer"]
+    assert get_reward_set("toolcall").names == ["format", "correctness"]
+    math = get_reward_set("math", ["length", "correctness"], length_limit=300, conditioned_length=True)
     assert (math.task, math.names, math.length_limit, math.conditioned_length) == ("math", ["length", "correctness"], 300, True)
 
 
@@ -56,7 +57,7 @@ def test_a_wrong_argument_value_costs_correctness():
     key = next(iter(call["parameters"]))
     wrong = dict(call, parameters=dict(call["parameters"], **{key: "something else"}))
     broken = demo.replace(json.dumps(call), json.dumps(wrong))
-    score = task.reward_set().score(broken, example.ground_truth)
+    score = get_reward_set(task.name).score(broken, example.ground_truth)
     assert score["format"] == 1.0 and score["correctness"] < 3.0
 
 

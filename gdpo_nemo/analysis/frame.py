@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.run_id import RunId
 
 METRIC_COLUMNS = ["run_id", "experiment", "task", "model", "algo", "seed", "step", "metric", "value"]
@@ -86,7 +87,7 @@ class Dataset:
         mask = pd.Series(True, index=self.runs.index)
         for column, value in where.items():
             if column not in self.runs.columns:
-                raise ValueError(f"select: unknown run column {column!r}; expected one of {RUN_COLUMNS}")
+                raise UserError(f"select: unknown run column {column!r}; expected one of {RUN_COLUMNS}")
             mask &= self.runs[column] == value
         keep = set(self.runs.loc[mask, "run_id"])
         return Dataset(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.analysis.frame import PROBLEM_COLUMNS, Dataset, _compact, assemble
 from gdpo_nemo.runs import rundir
 
@@ -89,10 +90,10 @@ def load_source(
     sources = [source] if isinstance(source, (str, Path)) else list(source)
     sources = [str(s) for s in sources]
     if not sources:
-        raise ValueError("no source given: expected wandb:ENTITY/PROJECT or a folder")
+        raise UserError("no source given: expected wandb:ENTITY/PROJECT or a folder")
     for s in sources:
         if not s.startswith("wandb:") and not Path(s).exists():
-            raise ValueError(f"source {s!r} does not exist (expected a folder of run dirs, or wandb:ENTITY/PROJECT)")
+            raise UserError(f"source {s!r} does not exist (expected a folder of run dirs, or wandb:ENTITY/PROJECT)")
     selection = {"experiment": experiment, "group": group}
     folder = None
     if cache_dir is not None:

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from gdpo_nemo.errors import UserError
+
 __all__ = ["NOTEBOOK_DIR", "NOTEBOOKS", "execute_notebook", "run_notebooks"]
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "analysis" / "notebooks"
@@ -72,7 +74,7 @@ def run_notebooks(source: str, out, *, experiment: str | None = None, figures=No
     base = Path(base or Path.cwd())
     source = _absolute_source(source, base)
     if not source.startswith("wandb:") and not Path(source).is_dir():
-        raise ValueError(f"--source {source}: no such folder (give a folder of runs or wandb:ENTITY/PROJECT)")
+        raise UserError(f"--source {source}: no such folder (give a folder of runs or wandb:ENTITY/PROJECT)")
     out = Path(out) if Path(out).is_absolute() else base / out
     figures = Path(figures) if figures is not None else out / "figures"
     figures = figures if figures.is_absolute() else base / figures

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from gdpo_nemo.errors import UserError
+
 DEFAULT_PAPER_VALUES = Path(__file__).resolve().parents[2] / "paper_figures" / "paper_values.yaml"
 _LEVELS = ("model", "benchmark", "method")
 
@@ -53,9 +55,9 @@ def load_paper_values(path: str | Path | None = None, model_map: dict[str, str] 
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"paper values {path}: {err}") from None
+        raise UserError(f"paper values {path}: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"paper values {path}: expected a mapping at the top level")
+        raise UserError(f"paper values {path}: expected a mapping at the top level")
     out = PaperValues(models=data.get("models") or {})
     for table, spec in data.items():
         if not (isinstance(spec, dict) and "layout" in spec):
@@ -63,28 +65,28 @@ def load_paper_values(path: str | Path | None = None, model_map: dict[str, str] 
         out.titles[table] = spec.get("title", table)
         layout = spec["layout"]
         if not layout or layout[-1] != "metric" or any(level not in _LEVELS for level in layout[:-1]):
-            raise ValueError(f"paper values {path}: {table}.layout = {layout!r}; expected levels from {list(_LEVELS)} ending in 'metric'")
+            raise UserError(f"paper values {path}: {table}.layout = {layout!r}; expected levels from {list(_LEVELS)} ending in 'metric'")
 
         def walk(node, keys, depth):
             if depth == len(layout) - 1:
                 if not isinstance(node, dict):
-                    raise ValueError(f"paper values {path}: {table} at {'/'.join(keys)}: expected {{metric: number}}")
+                    raise UserError(f"paper values {path}: {table} at {'/'.join(keys)}: expected {{metric: number}}")
                 for metric, value in node.items():
                     if value is None:
                         continue
                     if isinstance(value, bool) or not isinstance(value, (int, float)):
-                        raise ValueError(f"paper values {path}: {table} {'/'.join(keys)}/{metric} = {value!r} is not a number")
+                        raise UserError(f"paper values {path}: {table} {'/'.join(keys)}/{metric} = {value!r} is not a number")
                     named = dict(zip(layout[:-1], keys))
                     out.values[(table, named.get("model", ""), named.get("benchmark", ""), named.get("method", ""), metric)] = float(value)
                 return
             if not isinstance(node, dict):
-                raise ValueError(f"paper values {path}: {table} at {'/'.join(keys) or 'values'}: expected a mapping by {layout[depth]}")
+                raise UserError(f"paper values {path}: {table} at {'/'.join(keys) or 'values'}: expected a mapping by {layout[depth]}")
             for key, child in node.items():
                 walk(child, [*keys, str(key)], depth + 1)
 
         walk(spec.get("values") or {}, [], 0)
     for tag, key in (model_map or {}).items():
         if key not in out.models:
-            raise ValueError(f"--model-map {tag}={key}: unknown paper model {key!r}; expected one of {sorted(out.models)}")
+            raise UserError(f"--model-map {tag}={key}: unknown paper model {key!r}; expected one of {sorted(out.models)}")
         out.extra_aliases[normalize_model(tag)] = key
     return out

@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.analysis import evals
 from gdpo_nemo.analysis.frame import RunLog, to_number
 from gdpo_nemo.analysis.tfevents import read_scalars
@@ -183,7 +184,7 @@ def load_directory(root: str | Path, problems: list) -> list[RunLog]:
     """Every run log under `root` (see the module docstring); problems are appended."""
     root = Path(root)
     if not root.exists():
-        raise ValueError(f"source {str(root)!r} does not exist (expected a folder of run dirs, or wandb:ENTITY/PROJECT)")
+        raise UserError(f"source {str(root)!r} does not exist (expected a folder of run dirs, or wandb:ENTITY/PROJECT)")
     logs: list[RunLog] = []
     run_dirs: dict[Path, RunId | None] = {}
     covered_wandb: set[Path] = set()

@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from gdpo_nemo.errors import UserError
+
 DEFAULT_RESAMPLES = 10_000
 INTERVALS = ("t", "bootstrap")
 # The sign-flip test enumerates all 2^n sign patterns up to this many pairs; above it the
@@ -30,7 +32,7 @@ SIGN_FLIP_SAMPLES = 200_000
 
 def _dof(df) -> int:
     if isinstance(df, bool) or int(df) != df or df < 1:
-        raise ValueError(f"df = {df!r}; expected a positive integer (degrees of freedom)")
+        raise UserError(f"df = {df!r}; expected a positive integer (degrees of freedom)")
     return int(df)
 
 
@@ -69,7 +71,7 @@ def t_quantile(p: float, df: int) -> float:
     """The t with t_cdf(t, df) = p, 0 < p < 1 (bisection to float precision)."""
     df = _dof(df)
     if not 0 < p < 1:
-        raise ValueError(f"p = {p!r}; expected a probability strictly between 0 and 1")
+        raise UserError(f"p = {p!r}; expected a probability strictly between 0 and 1")
     if p == 0.5:
         return 0.0
     if p < 0.5:
@@ -93,13 +95,13 @@ def t_quantile(p: float, df: int) -> float:
 def _finite(values, what: str) -> np.ndarray:
     data = np.asarray(values, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(data)):
-        raise ValueError(f"{what}: values must be finite, got {data[~np.isfinite(data)][:3].tolist()}; drop NaN/inf first and report them")
+        raise UserError(f"{what}: values must be finite, got {data[~np.isfinite(data)][:3].tolist()}; drop NaN/inf first and report them")
     return data
 
 
 def _check_confidence(confidence: float) -> None:
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence = {confidence!r}; expected a number strictly between 0 and 1")
+        raise UserError(f"confidence = {confidence!r}; expected a number strictly between 0 and 1")
 
 
 def t_interval(values, *, confidence: float = 0.95) -> tuple[float, float]:
@@ -160,7 +162,7 @@ def summarize(values, *, confidence: float = 0.95, interval: str = "t", resample
     says whether that changed it (`clip_interval`).
     """
     if interval not in INTERVALS:
-        raise ValueError(f"interval = {interval!r}; expected one of {', '.join(INTERVALS)}")
+        raise UserError(f"interval = {interval!r}; expected one of {', '.join(INTERVALS)}")
     data = _finite(values, "summarize")
     if interval == "t":
         low, high = t_interval(data, confidence=confidence)
@@ -214,10 +216,10 @@ def paired_comparison(a, b, *, confidence: float = 0.95, power: float = 0.8,
     """
     _check_confidence(confidence)
     if not 0 < power < 1:
-        raise ValueError(f"power = {power!r}; expected a probability strictly between 0 and 1")
+        raise UserError(f"power = {power!r}; expected a probability strictly between 0 and 1")
     x, y = _finite(a, "paired_comparison"), _finite(b, "paired_comparison")
     if x.shape != y.shape:
-        raise ValueError(f"paired_comparison: {x.size} values against {y.size}; pairs need one value of each per seed")
+        raise UserError(f"paired_comparison: {x.size} values against {y.size}; pairs need one value of each per seed")
     d = x - y
     n = int(d.size)
     out = {"n": n, "mean_diff": float(d.mean()) if n else math.nan, "std_diff": math.nan, "low": math.nan,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators import estimator_info
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
@@ -386,7 +387,7 @@ def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: b
     the last validated step. `steps` is the number of steps averaged.
     """
     if not 0 < window <= 1:
-        raise ValueError(f"window = {window!r}; expected a fraction in (0, 1]")
+        raise UserError(f"window = {window!r}; expected a fraction in (0, 1]")
     m = dataset.metrics
     # astype(bool): on an empty frame (runs that logged nothing) map keeps the str dtype
     m = m[m["metric"].astype(str).map(is_summary_metric).astype(bool) & np.isfinite(m["value"])]

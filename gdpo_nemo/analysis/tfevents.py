@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gdpo_nemo.errors import UserError
+
 
 def read_scalars(path: str | Path) -> Iterator[tuple[int, str, float]]:
     """Every scalar of one event file as (step, tag, value), in file order.
@@ -38,4 +40,4 @@ def read_scalars(path: str | Path) -> Iterator[tuple[int, str, float]]:
                 if array.size == 1 and (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
                     yield event.step, value.tag, float(array.reshape(-1)[0])
     except DecodeError as err:
-        raise ValueError(f"{path}: not a TensorBoard event file ({err})") from None
+        raise UserError(f"{path}: not a TensorBoard event file ({err})") from None

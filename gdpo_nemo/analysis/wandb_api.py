@@ -16,6 +16,7 @@ and `extra_filters` adds raw MongoDB-style W&B filters.
 
 from __future__ import annotations
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.analysis.frame import RunLog
 from gdpo_nemo.runs.run_id import RunId
 
@@ -43,7 +44,7 @@ def load_wandb(path: str, problems: list, *, filters: dict | None = None, progre
     from tqdm import tqdm
 
     if path.count("/") != 1 or not all(path.split("/")):
-        raise ValueError(f"W&B source {path!r}: expected ENTITY/PROJECT")
+        raise UserError(f"W&B source {path!r}: expected ENTITY/PROJECT")
     try:
         if api is None:
             import wandb
@@ -52,7 +53,7 @@ def load_wandb(path: str, problems: list, *, filters: dict | None = None, progre
         runs = list(api.runs(path=path, filters=filters or {}))
     except Exception as err:  # no key (UsageError), no network (CommError, timeouts), no such project
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(
+        raise UserError(
             f"W&B source wandb:{path}: cannot list its runs ({reason[:300]}). Set WANDB_API_KEY and check the "
             "network, or read the runs from their run dirs (--source DIR: metrics.jsonl and offline W&B files)"
         ) from None

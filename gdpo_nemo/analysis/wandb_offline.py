@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.analysis.frame import RunLog
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.runs.tracking import iter_wandb_messages, wandb_items
@@ -55,7 +56,7 @@ def read_offline_run(path: str | Path) -> RunLog:
         try:
             run_id = RunId.parse(name)
         except ValueError:
-            raise ValueError(f"{path}: W&B run {name!r} (group {group!r}) has no gdpo run id in its config or name") from None
+            raise UserError(f"{path}: W&B run {name!r} (group {group!r}) has no gdpo run id in its config or name") from None
     return RunLog(run_id=run_id, source="wandb-offline", path=str(Path(path).parent), status=status,
                   config=config, rows=rows, priority=1)
 

@@ -3,8 +3,9 @@
 Exit codes, the same for every command (`gdpo-nemo <command>` and the `python -m` entry
 points): 0 success, ``FAILED`` (1) the command ran but its work failed (bad rows, no runs,
 a failed job or benchmark), ``BAD_INPUT`` (2) the command could not run with what it was
-given (a flag, a file, a key). Bad input is raised as ValueError by the command (or by the
-logic it calls) and printed by the entry point as one line, never a traceback.
+given (a flag, a file, a key). Bad input is raised as `gdpo_nemo.errors.UserError` by the
+command (or by the logic it calls) and printed by the entry point as one line, never a
+traceback; any other exception is a failure, shown with its traceback (exit 1).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+
+from gdpo_nemo.errors import UserError
 
 FAILED = 1
 BAD_INPUT = 2
@@ -52,9 +55,9 @@ def key_value(
     key, sep, value = item.partition("=")
     if not sep or not key or not (value or empty_value):
         hints = ([f"keys: {', '.join(keys)}"] if keys else []) + ([f"e.g. {example}"] if example else [])
-        raise ValueError(f"{flag} {item!r} is not {form}" + (f" ({'; '.join(hints)})" if hints else ""))
+        raise UserError(f"{flag} {item!r} is not {form}" + (f" ({'; '.join(hints)})" if hints else ""))
     if keys is not None and key not in keys:
-        raise ValueError(f"{flag} {item!r}: unknown key {key!r}; accepted keys are {', '.join(keys)}")
+        raise UserError(f"{flag} {item!r}: unknown key {key!r}; accepted keys are {', '.join(keys)}")
     return key, value
 
 

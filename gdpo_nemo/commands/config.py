@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import key_value
 
 CHOICE_KEYS = ("task", "model", "algo", "cluster", "seed", "experiment")
@@ -76,10 +77,10 @@ def _parse_show_items(items: list[str]) -> tuple[dict, list[str]]:
         from gdpo_nemo.config import group_options
 
         hints = "; ".join(f"{key}= one of {group_options(key)}" for key in missing)
-        raise ValueError(f"config show needs {', '.join(k + '=' for k in missing)}: {hints}")
+        raise UserError(f"config show needs {', '.join(k + '=' for k in missing)}: {hints}")
     if "seed" in choices:
         if not choices["seed"].isdigit():
-            raise ValueError(f"seed={choices['seed']!r} must be a non-negative int")
+            raise UserError(f"seed={choices['seed']!r} must be a non-negative int")
         choices["seed"] = int(choices["seed"])
     return choices, overrides
 
@@ -140,4 +141,4 @@ def run(args: argparse.Namespace) -> int:
         return _show(args)
     if action == "list":
         return _list(args)
-    raise ValueError("config needs an action: show or list (gdpo-nemo config --help)")
+    raise UserError("config needs an action: show or list (gdpo-nemo config --help)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import FAILED, key_value, report_error
 
 PAPER_DEFAULTS = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768, "exceed_limit": 4000}
@@ -105,14 +106,14 @@ def run(args: argparse.Namespace) -> int:
     for key in ("samples", "max_new_tokens", "limit", "batch_size"):
         value = getattr(args, key)
         if value is not None and value < 1:
-            raise ValueError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
+            raise UserError(f"--{key.replace('_', '-')} must be at least 1, got {value}")
     if _looks_like_a_path(args.model) and not Path(args.model).expanduser().exists():
-        raise ValueError(f"--model {args.model}: no such checkpoint (expected a local-engine checkpoint dir such as "
+        raise UserError(f"--model {args.model}: no such checkpoint (expected a local-engine checkpoint dir such as "
                          "RUN_DIR/checkpoints/step_N, builtin:smollm2-135m, or a model name)")
     ref = resolve_model(args.model)
     out = Path(args.out) if args.out else ref.run_dir
     if out is None:
-        raise ValueError("--out RUN_DIR is needed when --model is not a local-engine checkpoint"
+        raise UserError("--out RUN_DIR is needed when --model is not a local-engine checkpoint"
                          " (results go to RUN_DIR/eval/<benchmark>/step_<N>.json)")
     step = args.step if args.step is not None else (ref.step if ref.step is not None else 0)
     run_id = _run_id(out, args.run_id)
@@ -122,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
         from gdpo_nemo.evaluation import bfcl
 
         if args.ids and args.benchmarks:
-            raise ValueError("--ids names the BFCL entries (and so their categories): leave out --benchmarks")
+            raise UserError("--ids names the BFCL entries (and so their categories): leave out --benchmarks")
         if args.samples not in (None, 1):
-            raise ValueError(f"--samples {args.samples}: BFCL scores one response per entry (bfcl-eval's rule)")
+            raise UserError(f"--samples {args.samples}: BFCL scores one response per entry (bfcl-eval's rule)")
         bfcl.check_ids(args.ids or [])
         bfcl.check_categories(args.benchmarks)
         bfcl.bfcl_python()
@@ -132,11 +133,11 @@ def run(args: argparse.Namespace) -> int:
         from gdpo_nemo.evaluation.runner import TASK_BENCHMARKS, check_benchmarks, run_benchmarks
 
         if args.limit is not None or args.ids:
-            raise ValueError(f"--limit and --ids select BFCL entries (--task toolcall), not {args.task} questions")
+            raise UserError(f"--limit and --ids select BFCL entries (--task toolcall), not {args.task} questions")
         benchmarks = check_benchmarks(args.task, args.benchmarks or list(TASK_BENCHMARKS[args.task]))
         stray = sorted(set(files) - set(benchmarks))
         if stray:
-            raise ValueError(f"--file {stray[0]}=...: not among the benchmarks to run ({', '.join(benchmarks)})")
+            raise UserError(f"--file {stray[0]}=...: not among the benchmarks to run ({', '.join(benchmarks)})")
     backend = make_backend(args.backend, args.model, seed=args.seed, device=args.device, batch_size=args.batch_size)
     if args.task == "toolcall":
         try:

@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `lengths` flags (cheap: imports no torch)."""
@@ -32,15 +34,15 @@ def run(args: argparse.Namespace) -> int:
     from gdpo_nemo.engines.local.config import load_run_config
 
     if args.batches < 1:
-        raise ValueError(f"--batches {args.batches}: expected an int >= 1")
-    from gdpo_nemo.tasks import get_task
+        raise UserError(f"--batches {args.batches}: expected an int >= 1")
+    from gdpo_nemo.rewards import get_reward_set
 
     config, _ = load_run_config(args.config, args.overrides)
     gdpo = config["gdpo"]
-    names = get_task(gdpo["task"], **gdpo["local"]["task_options"]).reward_set(
-        gdpo["reward_components"], length_limit=gdpo["length_limit"], conditioned_length=gdpo["conditioned_length"]).names
+    names = get_reward_set(gdpo["task"], gdpo["reward_components"], length_limit=gdpo["length_limit"],
+                           conditioned_length=gdpo["conditioned_length"]).names
     if "length" not in names:
-        raise ValueError(f"gdpo.reward_components: the run's rewards are {names}, without 'length': calibrate a config"
+        raise UserError(f"gdpo.reward_components: the run's rewards are {names}, without 'length': calibrate a config"
                          " of a task with the length reward (task math, math_conditioned, code_2obj)")
     profile = length_profile(config, batches=args.batches, log=lambda message: print(message, flush=True))
     print(profile.report(args.limits))

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, parse_with_overrides, report_error
 
 PROG = "gdpo-nemo nemo-smoke"
@@ -78,7 +79,7 @@ def _hand_over(argv: list[str]) -> int:
     """Re-run this command in .venv-nemo (NeMo RL is not importable here)."""
     python = _nemo_python()
     if python is None or Path(sys.prefix).resolve() == python.parents[1].resolve():
-        raise ValueError(
+        raise UserError(
             "NeMo RL is not importable in this Python: run the command in NeMo RL's environment"
             " (on a cluster) or run scripts/setup_nemo.sh (a checkout of this project: makes .venv-nemo)"
         )
@@ -98,9 +99,9 @@ def _run_dir(args, config: dict) -> Path:
     if continuing:  # the sweep job's own dir: what it holds is an earlier attempt of this run
         args.resume = (run_dir / "config.yaml").is_file()
     if run_dir.exists() and any(run_dir.iterdir()) and not args.resume and not continuing:
-        raise ValueError(f"--run-dir {run_dir} already holds files: pass --resume to continue that run, or another --run-dir")
+        raise UserError(f"--run-dir {run_dir} already holds files: pass --resume to continue that run, or another --run-dir")
     if args.resume and not (run_dir / "config.yaml").is_file():
-        raise ValueError(f"--resume: {run_dir} holds no run (no config.yaml)")
+        raise UserError(f"--resume: {run_dir} holds no run (no config.yaml)")
     return run_dir
 
 
@@ -142,9 +143,9 @@ def _checked_input(args) -> tuple[dict, Path]:
     for flag in ("steps", "prompts", "generations", "max_new_tokens", "threads", "max_gen_batches"):
         value = getattr(args, flag)
         if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} {value}: must be at least 1")
+            raise UserError(f"--{flag.replace('_', '-')} {value}: must be at least 1")
     if args.val_period < 0:
-        raise ValueError(f"--val-period {args.val_period}: must be 0 (never) or more")
+        raise UserError(f"--val-period {args.val_period}: must be 0 (never) or more")
     config = load_nemo_config(args.config)
     return config, _run_dir(args, config)
 
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 def _train(args, cpu, run_dir: Path, size, out) -> int:
     """NeMo RL's grpo_train on the CPU config, then the summary; 0 finished, 1 failed."""
     from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
-    from gdpo_nemo.engines.nemo.run import exit_on_sigterm
+    from gdpo_nemo.engines.nemo.signals import exit_on_sigterm
 
     log_path = run_dir / "nemo_rl.log"
     if cpu.config["logger"].get("wandb_enabled"):
@@ -261,7 +262,7 @@ def _refuse_a_repeat(run_dir: Path, config: dict) -> None:
         return
     cap = config["grpo"].get("dynamic_sampling_max_gen_batches")
     resume = f"checkpoint step {checkpoint}" if checkpoint is not None else "the start"
-    raise ValueError(
+    raise UserError(
         f"{run_dir}: its last job stopped at DAPO's batch cap (grpo.dynamic_sampling_max_gen_batches={cap}: NeMo RL"
         f" drew {cap + 1 if cap else 'its'} batches without a group whose rewards differ), and this job would resume"
         f" from the same {resume} with the same config, so it would draw the same prompts and stop the same way."

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.engines.local.quickstart import QUICKSTART_CONFIG, run_quickstart  # cheap: that module imports torch lazily
 
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     cpu_pins.pin()  # the conversion and warm start here, the runs in processes that inherit it
     if not Path(args.config).is_file():
-        raise ValueError(f"--config {args.config} does not exist (the quickstart config ships in the repo's"
+        raise UserError(f"--config {args.config} does not exist (the quickstart config ships in the repo's"
                          " configs/local/; run from a checkout or pass --config)")
     figure, summary, table, total = run_quickstart(args.config, Path(args.out), args.steps)
     print(table)

@@ -16,12 +16,11 @@ from pathlib import Path
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, report_error
 from gdpo_nemo.tasks import TASKS
 
-TASK_CHOICES = tuple(TASKS)  # the task registry's names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `score` options (cheap: imports nothing heavy)."""
-    parser.add_argument("--task", required=True, choices=TASK_CHOICES, help="which task's rewards to apply")
+    parser.add_argument("--task", required=True, choices=list(TASKS), help="which task's rewards to apply")
     parser.add_argument("input", metavar="IN.jsonl", help="rows with completion, ground_truth (code: tests); '-' reads stdin")
     parser.add_argument(
         "-o", "--output", metavar="OUT.jsonl",

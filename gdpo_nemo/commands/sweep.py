@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", default=[], metavar="KEY=VALUE",
                         help=f"restrict to runs with KEY=VALUE, KEY in {', '.join(FILTER_KEYS)};"
                         " repeat a key to allow several values")
-    parser.add_argument("--engine", choices=ENGINES, default=None,
+    parser.add_argument("--engine", choices=list(ENGINES), default=None,
                         help="nemo: NeMo RL through ray.sub; local: gdpo-nemo train"
                         " (default: each run's cluster config, e.g. smoke -> local, toolcall -> nemo)")
     parser.add_argument("--with-eval", action="store_true",

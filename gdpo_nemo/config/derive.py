@@ -16,7 +16,8 @@ from typing import Iterable, Mapping
 
 from gdpo_nemo.checks import is_number
 from gdpo_nemo.config.errors import ConfigError
-from gdpo_nemo.config.settings import TASKS, estimator_registry
+from gdpo_nemo.config.settings import estimator_registry
+from gdpo_nemo.tasks import PerTask
 from gdpo_nemo.estimators.options import PRESETS as ESTIMATOR_PRESETS
 from gdpo_nemo.runs.rundir import checkpoints_dir
 from gdpo_nemo.runs.run_id import RunId
@@ -41,8 +42,9 @@ NEMO_RL_GROUP_EPS = ESTIMATOR_PRESETS["nemo_rl"]["eps"]  # the epsilon NeMo RL a
 
 # Our NeMo RL environments (gdpo_nemo/engines/nemo/environment.py) and data processors
 # (gdpo_nemo/engines/nemo/data.py), one per task, registered by the plugin.
-ENV_NAMES = {task: f"gdpo_{task}" for task in TASKS}
-PROCESSOR_NAMES = {task: f"gdpo_{task}" for task in TASKS}
+# {task: NeMo RL environment / processor name}, over the registered tasks, read live.
+ENV_NAMES = PerTask(lambda task: f"gdpo_{task}")
+PROCESSOR_NAMES = PerTask(lambda task: f"gdpo_{task}")
 DATASET_CLASS = "gdpo_nemo.engines.nemo.datasets.TaskDataset"
 
 # Keys the composer writes from the gdpo block and the run id; a user override of one of

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from gdpo_nemo.errors import UserError
+
 __all__ = ["ConfigError", "first_line"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A run config, an experiment or a compose request is invalid.
 
     `problems` lists one line per problem, each starting with the key path at fault.

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.config.nemo_keys import (
     ABSENT,
     IGNORED,
@@ -41,11 +42,11 @@ from gdpo_nemo.config.nemo_keys import (
     Leaf,
     ListOf,
 )
-from gdpo_nemo.engines.contract import ENGINES as _ENGINE_REGISTRY
+from gdpo_nemo.config.engines import ENGINES as _ENGINE_REGISTRY
 
 __all__ = ["ENGINES", "Walk", "check_against_schema", "has_key", "leaves", "types", "walk"]
 
-ENGINES = tuple(_ENGINE_REGISTRY)  # gdpo_nemo.engines.contract: each engine's fate of a key is its walk
+ENGINES = _ENGINE_REGISTRY  # gdpo_nemo.config.engines, read live: each engine's fate of a key is its walk
 
 # ---------------------------------------------------------------------------------------
 # Reading the tree.
@@ -258,7 +259,7 @@ class Walk:
 class _Walker:
     def __init__(self, engine: str):
         if engine not in ENGINES:
-            raise ValueError(f"engine {engine!r} is not one of {list(ENGINES)}")
+            raise UserError(f"engine {engine!r} is not one of {list(ENGINES)}")
         self.engine = engine
         self.local = engine == "local"
         self.problems: list[str] = []

@@ -62,7 +62,7 @@ refused keys and names the ignored keys present (gdpo_nemo/config/key_walk.py sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gdpo_nemo.checks import Check, integer, is_int, mapping, number, one_of, text
@@ -95,6 +95,17 @@ class _Absent:
 
 
 ABSENT = _Absent()  # a refused key's neutral value that is no value: the key left out
+
+
+class _Base:
+    def __repr__(self) -> str:
+        return "BASE"
+
+
+# A used key's default is configs/base.yaml's value at its path: one default per key, written
+# once there (every composed config carries it) and filled in by the local engine when a
+# config leaves the key out. Resolved when this module loads (`_derive_defaults`).
+BASE = _Base()
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,7 @@ def _scheduler(value) -> str | None:
 ADV_ESTIMATOR = {
     # NeMo RL: grpo | gdpo | reinforce_plus_plus | opd; the registry's names here. The gdpo
     # block chooses the estimator and its options; the rest mirror it for NeMo RL.
-    "name?": used("str", "grpo", estimator_check),
+    "name?": used("str", BASE, estimator_check),
     "normalize_rewards?": "bool",
     "use_leave_one_out_baseline?": "bool",
     "reward_weights?": "list[float]|null",  # one weight per reward/<name>, sorted by name
@@ -178,26 +189,26 @@ ADV_ESTIMATOR = {
 }
 
 GRPO = {
-    "num_prompts_per_step?": used("int", 32, integer(1)),
-    "num_generations_per_prompt?": used("int", 16, integer(2)),
-    "max_num_epochs?": used("int", 1, integer(1)),
-    "max_num_steps?": used("int", 1000000, integer(1)),
+    "num_prompts_per_step?": used("int", BASE, integer(1)),
+    "num_generations_per_prompt?": used("int", BASE, integer(2)),
+    "max_num_epochs?": used("int", BASE, integer(1)),
+    "max_num_steps?": used("int", BASE, integer(1)),
     "max_rollout_turns?": refused("int", 1),
     "normalize_rewards?": "bool",  # mirrors the gdpo block for NeMo RL
     "advantage_clip_low?": refused("float|null", None),
     "advantage_clip_high?": refused("float|null", None),
     "use_leave_one_out_baseline?": "bool",  # mirrors the gdpo block for NeMo RL
-    "val_period?": used("int", 10, integer(0)),
-    "val_start_at?": used("int", -1, integer()),
-    "val_batch_size?": used("int|null", 256, integer(1)),
-    "val_at_start?": used("bool", False),
-    "val_at_end?": used("bool", False),
-    "max_val_samples?": used("int|null", 256, integer(1)),
-    "val_num_generations_per_prompt?": used("int", 1, integer(1)),
+    "val_period?": used("int", BASE, integer(0)),
+    "val_start_at?": used("int", BASE, integer()),
+    "val_batch_size?": used("int|null", BASE, integer(1)),
+    "val_at_start?": used("bool", BASE),
+    "val_at_end?": used("bool", BASE),
+    "max_val_samples?": used("int|null", BASE, integer(1)),
+    "val_num_generations_per_prompt?": used("int", BASE, integer(1)),
     "stop_at_validation_metric?": refused("str|null", None),
     "stop_at_validation_threshold?": refused("float|null", None),
     "skip_reference_policy_logprobs_calculation?": "bool",  # throughput only
-    "seed?": used("int", 42, integer(0)),
+    "seed?": used("int", BASE, integer(0)),
     "async_grpo?": Alt(
         "null",
         {
@@ -252,23 +263,23 @@ REWARD_PENALTIES = {
 # ---------------------------------------------------------------------------------------
 
 LOSS_FN = {
-    "disable_ppo_ratio?": used("bool", False),
-    "token_level_loss?": used("bool", True),
+    "disable_ppo_ratio?": used("bool", BASE),
+    "token_level_loss?": used("bool", BASE),
     "sequence_level_importance_ratios?": refused("bool", False),
-    "ratio_clip_min?": used("float", 0.2, number(0.0, 1.0)),
-    "ratio_clip_max?": used("float", 0.2, number(0.0)),
-    "ratio_clip_c?": used("float|null", None, number(1.0, nullable=True)),
-    "reference_policy_kl_penalty?": used("float", 0.01, number(0.0)),
-    "reference_policy_kl_type?": used("str", "k3", one_of("k1", "k2", "k3")),
-    "kl_input_clamp_value?": used("float|null", 20.0, number(0.0, nullable=True)),
-    "kl_output_clamp_value?": used("float|null", 10.0, number(0.0, nullable=True)),
+    "ratio_clip_min?": used("float", BASE, number(0.0, 1.0)),
+    "ratio_clip_max?": used("float", BASE, number(0.0)),
+    "ratio_clip_c?": used("float|null", BASE, number(1.0, nullable=True)),
+    "reference_policy_kl_penalty?": used("float", BASE, number(0.0)),
+    "reference_policy_kl_type?": used("str", BASE, one_of("k1", "k2", "k3")),
+    "kl_input_clamp_value?": used("float|null", BASE, number(0.0, nullable=True)),
+    "kl_output_clamp_value?": used("float|null", BASE, number(0.0, nullable=True)),
     "use_kl_in_reward?": refused("bool", False),
     "use_importance_sampling_correction?": refused("bool", False),
     "truncated_importance_sampling_type?": refused("str|null", None),
     "truncated_importance_sampling_ratio?": refused("float|null", None),
     "truncated_importance_sampling_ratio_min?": refused("float|null", None),
-    "use_on_policy_kl_approximation?": used("bool", False),
-    "force_on_policy_ratio?": used("bool", False),
+    "use_on_policy_kl_approximation?": used("bool", BASE),
+    "force_on_policy_ratio?": used("bool", BASE),
     "use_cispo?": refused("bool", False),
     "positive_example_nll_weight?": refused("float", 0.0, 0),
 }
@@ -315,7 +326,7 @@ VLLM_CFG = {
 GENERATION = {
     "backend": "str",  # the local engine has its own KV-cached sampler
     "max_new_tokens": used("int", 512, integer(1)),
-    "temperature": used("float", 1.0, number(0.0)),
+    "temperature": used("float", BASE, number(0.0)),
     "top_p": refused("float", 1.0, 1),
     "top_k": refused("int|null", None),
     # null: the training value (temperature, top_p, top_k) at validation too
@@ -323,7 +334,7 @@ GENERATION = {
     "val_top_p": used("float", None, number(0.0, 1.0, nullable=True)),
     "val_top_k": used("int|null", None, integer(1, nullable=True)),
     "model_name?": "str",  # written by GRPO setup
-    "stop_token_ids": used("list[int]|null", None, _token_ids_or_null),
+    "stop_token_ids": used("list[int]|null", BASE, _token_ids_or_null),
     "stop_strings": refused("list[str]|null", None),
     "bad_words?": refused("list[str]|null", ABSENT, None),
     "colocated?": {
@@ -401,18 +412,18 @@ POLICY = {
         # NeMo RL: null is its passthrough template, "default" the tokenizer's; the local
         # engine applies the tokenizer's own template only.
         "chat_template?": refused("str|null", ABSENT, "default"),
-        "chat_template_kwargs?": used("dict|null", None, _mapping_or_null),
+        "chat_template_kwargs?": used("dict|null", BASE, _mapping_or_null),
         "audio?": "dict",
         "video?": "dict",
         "use_processor?": "bool",
         "use_fastokens?": "bool",
     },
-    "train_global_batch_size": used("int", 512, integer(1)),
-    "train_micro_batch_size": used("int", 4, integer(1)),
+    "train_global_batch_size": used("int", BASE, integer(1)),
+    "train_micro_batch_size": used("int", BASE, integer(1)),
     "logprob_batch_size?": used("int", 4, integer(1)),
     "logprob_chunk_size?": "int|null",
     "generation?": GENERATION,
-    "generation_batch_size?": used("int", 32, integer(1)),
+    "generation_batch_size?": used("int", BASE, integer(1)),
     "precision": "str",  # the local dtype is gdpo.local.dtype
     "reward_model_cfg?": {"enabled": "bool", "reward_model_type": "str"},
     "dtensor_cfg": DTENSOR_CFG,
@@ -438,17 +449,17 @@ POLICY = {
         WHEN_ENABLED: ("train_mb_tokens", "algorithm"),
     },
     "make_sequence_length_divisible_by": "int",
-    "max_total_sequence_length": used("int", 512, integer(2)),
-    "max_grad_norm?": used("float|null", 1.0, number(0.0, nullable=True)),
+    "max_total_sequence_length": used("int", BASE, integer(2)),
+    "max_grad_norm?": used("float|null", BASE, number(0.0, nullable=True)),
     "refit_buffer_size_gb?": "float",
     "optimizer?": Alt(
         "null",
         {
-            "name": used("str", "torch.optim.AdamW", one_of("torch.optim.AdamW", "torch.optim.Adam")),
-            "kwargs": used("dict", {"lr": 5e-6, "weight_decay": 0.01, "betas": [0.9, 0.999], "eps": 1e-8}, mapping),
+            "name": used("str", BASE, one_of("torch.optim.AdamW", "torch.optim.Adam")),
+            "kwargs": used("dict", BASE, mapping),
         },
     ),
-    "scheduler?": used("list|dict|null", None, _scheduler),
+    "scheduler?": used("list|dict|null", BASE, _scheduler),
     "quant_cfg?": "str|null",
     "quant_calib_data?": "str|null",
     "quant_calib_size?": "int|null",
@@ -500,7 +511,7 @@ DATA = {
     "add_eos?": "bool",
     "add_generation_prompt?": "bool",
     "add_system_prompt?": "bool",
-    "shuffle": used("bool", True),
+    "shuffle": used("bool", BASE),
     "num_workers?": "int",
     "use_multiple_dataloader?": refused("bool", False),
     "num_prompts_per_dataloader?": "int",
@@ -515,18 +526,18 @@ DATA = {
 # ---------------------------------------------------------------------------------------
 
 LOGGER = {
-    "log_dir": used("str", "runs", text()),
-    "wandb_enabled": used("bool", False),
+    "log_dir": used("str", BASE, text()),
+    "wandb_enabled": used("bool", BASE),
     "swanlab_enabled": "bool",
     "tensorboard_enabled": "bool",
     "mlflow_enabled": "bool",
     "wandb": {
-        "project?": used("str", "gdpo-nemo", text()),
+        "project?": used("str", BASE, text()),
         "name?": used("str", None, text(nullable=True)),
         "entity?": used("str", None, text(nullable=True)),  # NotRequired[str]: leave it out for W&B's default entity
         # Not a WandbConfig field: NeMo RL passes the whole block to wandb.init(**cfg), so
         # `group` reaches W&B. Run ids name the group (docs/interfaces.md).
-        "group?": used("str|null", None, text(nullable=True)),
+        "group?": used("str|null", BASE, text(nullable=True)),
         "log_nemo_gym_full_result_tables?": "bool",
     },
     "tensorboard?": {"log_dir?": "str"},
@@ -540,19 +551,19 @@ LOGGER = {
     },
     "monitor_gpus": "bool",
     "gpu_monitoring": {"collection_interval": "float", "flush_interval": "float"},
-    "num_val_samples_to_print": used("int", 0, integer(0)),  # GRPOLoggerConfig makes it required
+    "num_val_samples_to_print": used("int", BASE, integer(0)),  # GRPOLoggerConfig makes it required
 }
 
 CHECKPOINTING = {
-    "enabled": used("bool", True),
+    "enabled": used("bool", BASE),
     "checkpoint_dir": "str",  # always <run_dir>/checkpoints on the local engine (docs/interfaces.md)
     "metric_name": "str|null",
     "higher_is_better": "bool",
-    "save_period": used("int", 10, integer(1)),
+    "save_period": used("int", BASE, integer(1)),
     # NotRequired[int] in the class, but CheckpointManager reads config["keep_top_k"]:
     # absent crashes at setup, null is refused by MasterConfig. So: required, an int.
     # The local engine also takes null: keep every checkpoint.
-    "keep_top_k": used("int", 3, integer(1, nullable=True)),
+    "keep_top_k": used("int", BASE, integer(1, nullable=True)),
     "ft_keep_latest_k?": "int|null",
     "ft_save_period?": "int",
     "checkpoint_must_save_by?": refused("str|null", None),
@@ -588,6 +599,58 @@ TREE: dict = {
     # DataPlaneConfig and OnPolicyDistillationConfig: features this project keeps off.
     "data_plane?": "dict|null",
     "on_policy_distillation?": refused("dict|null", None),
+}
+
+
+def _derive_defaults(section: dict, values, prefix: str = "") -> None:
+    """Replace each `BASE` default of `section` (in place) by configs/base.yaml's value at its
+    path (`values`: the matching part of base.yaml). A BASE key whose base.yaml value is
+    missing, required (???) or an interpolation is an error here, at import."""
+    for key, spec in list(section.items()):
+        if not isinstance(key, str):
+            continue
+        name = key.rstrip("?")
+        value = values.get(name, ABSENT) if isinstance(values, dict) else ABSENT
+        if isinstance(spec, Leaf) and spec.default is BASE:
+            if value is ABSENT or (isinstance(value, str) and ("${" in value or value == "???")):
+                raise RuntimeError(f"{prefix}{name}: its default is configs/base.yaml's, which has no plain value there")
+            section[key] = replace(spec, default=value)
+        elif isinstance(spec, dict):
+            _derive_defaults(spec, value, f"{prefix}{name}.")
+        elif isinstance(spec, Alt):
+            for option in spec.options:
+                if isinstance(option, dict):
+                    _derive_defaults(option, value, f"{prefix}{name}.")
+
+
+def _base_yaml() -> dict:
+    import yaml
+
+    from gdpo_nemo.config.files import config_dir
+
+    with open(config_dir() / "base.yaml", encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+_derive_defaults(TREE, _base_yaml())
+
+# The keys whose local default is not base.yaml's, on purpose (tests/test_configs_settings.py
+# holds every other used key to base.yaml): key path -> why.
+OWN_DEFAULTS = {
+    "policy.model_name": "base.yaml requires it (???: the model group sets it); a local config without it gets"
+    " the embedded SmolLM2-135M",
+    "policy.tokenizer.name": "null is the model's tokenizer, what base.yaml's ${policy.model_name} says",
+    "policy.logprob_batch_size": "base.yaml: ${policy.train_micro_batch_size}, 4 by its default; the local"
+    " engine's is the number 4, so a local config changing the micro batch alone keeps 4 logprob rows",
+    "policy.generation.max_new_tokens": "base.yaml: ${policy.max_total_sequence_length}; 512 is that key's own"
+    " default, so the same number unless a config changes the sequence length only",
+    "policy.generation.val_temperature": "null is the training temperature, what base.yaml's ${.temperature} says",
+    "policy.generation.val_top_p": "null is the training top_p, what base.yaml's ${.top_p} says",
+    "policy.generation.val_top_k": "null is the training top_k, what base.yaml's ${.top_k} says",
+    "data.max_input_seq_length": "base.yaml: ${policy.max_total_sequence_length}, which drops prompts longer"
+    " than the sequence budget; null keeps every prompt (the tasks' prompts are short)",
+    "logger.wandb.name": "base.yaml's 'run' is replaced by the composer with the run id; null gives the local"
+    " run its run id the same way",
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Callable, Iterable
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.config.errors import ConfigError, first_line
 
 __all__ = ["apply_overrides", "override_key", "parse_overrides"]
@@ -66,16 +67,16 @@ def apply_overrides(config: dict, overrides: Iterable[str], *, settable: Callabl
         try:
             if item.is_delete():
                 if not exists:
-                    raise ValueError(f"{key!r} is not in the config")
+                    raise UserError(f"{key!r} is not in the config")
                 _delete(cfg, key)
             elif item.is_add() and exists:
-                raise ValueError(f"{key!r} is already in the config (use {key}=value to change it)")
+                raise UserError(f"{key!r} is already in the config (use {key}=value to change it)")
             elif not (item.is_add() or item.is_force_add()) and not exists and not (settable and settable(key)):
                 near = _nearest_keys(cfg, key)
                 if near:
-                    raise ValueError(f"{key!r} is not in the config: did you mean {' or '.join(near)}? "
+                    raise UserError(f"{key!r} is not in the config: did you mean {' or '.join(near)}? "
                                      f"(to add a new key, +{key}=value)")
-                raise ValueError(f"{key!r} is not in the config (use +{key}=value to add it)")
+                raise UserError(f"{key!r} is not in the config (use +{key}=value to add it)")
             else:
                 OmegaConf.update(cfg, key, item.value(), merge=True, force_add=True)
         except ValueError as err:

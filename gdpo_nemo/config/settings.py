@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Any, Mapping
 
 from gdpo_nemo.checks import Check, boolean, integer, mapping, number, one_of, text
-from gdpo_nemo.engines.contract import ENGINES as _ENGINE_REGISTRY
+from gdpo_nemo.config.engines import ENGINES as _ENGINE_REGISTRY
 from gdpo_nemo.tasks import TASKS as _REGISTERED_TASKS
 from gdpo_nemo.estimators.options import (
     BATCH_NORMS,
@@ -53,8 +53,9 @@ __all__ = [
 
 # The estimators' own option values (gdpo_nemo.estimators.options, torch-free).
 PRESETS = tuple(_PRESET_NUMERICS)
-TASKS = tuple(_REGISTERED_TASKS)  # gdpo_nemo.tasks' registry (the built-in four; see task_check)
-ENGINES = tuple(_ENGINE_REGISTRY)  # gdpo_nemo.engines.contract
+# The registries themselves, read live (a task or engine registered after import is in them):
+TASKS = _REGISTERED_TASKS  # gdpo_nemo.tasks' registry {name: task class}
+ENGINES = _ENGINE_REGISTRY  # gdpo_nemo.config.engines {name: Engine}
 COMPUTED_BY = ("nemo_rl", "gdpo_nemo")
 
 
@@ -82,6 +83,11 @@ def task_check(value) -> str | None:
     """None for a registered task name (gdpo_nemo.tasks.TASKS, read at each check, so a task
     registered later is accepted), else the accepted names."""
     return None if isinstance(value, str) and value in _REGISTERED_TASKS else f"one of {list(_REGISTERED_TASKS)}"
+
+
+def engine_check(value) -> str | None:
+    """None for a registered engine name (read at each check), else the accepted names."""
+    return None if isinstance(value, str) and value in _ENGINE_REGISTRY else f"one of {list(_ENGINE_REGISTRY)}"
 
 
 def estimator_check(value) -> str | None:
@@ -206,7 +212,7 @@ class GdpoSettings(_WithOptions):
     conditioned_length: bool = setting(
         False, "length reward only when the answer is correct", "paper sec. 3.2 (conditioned)", boolean
     )
-    engine: str = setting("local", "which engine runs the config: local or nemo (NeMo RL)", "ours", one_of(*ENGINES))
+    engine: str = setting("local", "which engine runs the config: local or nemo (NeMo RL)", "ours", engine_check)
     computed_by: str | None = setting(
         None, "on NeMo RL, whose estimator computes the advantages: nemo_rl (its own) or gdpo_nemo (the plugin's"
         " hook); written by the composer (null: decided when the run starts)", "ours", one_of(*COMPUTED_BY, None),

@@ -42,6 +42,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators import general  # noqa: F401  (the built-in estimators, registered)
 from gdpo_nemo.estimators.groups import group_extremes, group_rows
 from gdpo_nemo.estimators.registry import ESTIMATORS, estimator_info
@@ -147,9 +148,9 @@ def _key_of(estimator: str):
     """The canonical-key function of `estimator`: (group, num_rewards) -> hashable."""
     countable = countable_estimators()
     if not isinstance(estimator, str) or estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; expected one of {countable}")
+        raise UserError(f"unknown estimator {estimator!r}; expected one of {countable}")
     if estimator not in countable:
-        raise ValueError(
+        raise UserError(
             f"estimator {estimator!r} declares no collapse_key, so it cannot be counted; countable: {countable}"
         )
     key = estimator_info(estimator).collapse_key
@@ -170,9 +171,9 @@ def _sampled_groups(num_rewards: int, group_size: int, samples: int, seed: int) 
 def _check_setting(estimator: str, num_rewards: int, group_size: int) -> None:
     _key_of(estimator)
     if isinstance(num_rewards, bool) or not isinstance(num_rewards, int) or not 1 <= num_rewards <= 16:
-        raise ValueError(f"num_rewards = {num_rewards!r}; expected an int from 1 to 16")
+        raise UserError(f"num_rewards = {num_rewards!r}; expected an int from 1 to 16")
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size = {group_size!r}; expected an int >= 2 (a group of 1 has no baseline)")
+        raise UserError(f"group_size = {group_size!r}; expected an int >= 2 (a group of 1 has no baseline)")
 
 
 def count_advantage_groups(
@@ -249,7 +250,7 @@ def distinct_advantage_groups(advantages: Tensor, group_ids: Tensor) -> int:
         advantages = advantages[:, 0]
     index, order = _group_rows(group_ids, advantages.device)
     if advantages.shape[0] != index.shape[0]:
-        raise ValueError(f"advantages has {advantages.shape[0]} samples but group_ids has {index.shape[0]}")
+        raise UserError(f"advantages has {advantages.shape[0]} samples but group_ids has {index.shape[0]}")
     values = torch.round(advantages.double(), decimals=DIAGNOSTIC_DECIMALS)[order].tolist()
     members = index[order].tolist()
     tuples = set()
@@ -309,7 +310,7 @@ def collapsed_group_fraction(rewards: dict[str, Tensor], group_ids: Tensor,
     vectors = list(zip(*columns))
     members = torch.as_tensor(group_ids).cpu().tolist()
     if len(vectors) != len(members):
-        raise ValueError(f"rewards have {len(vectors)} samples but group_ids has {len(members)}")
+        raise UserError(f"rewards have {len(vectors)} samples but group_ids has {len(members)}")
     weight = [float((weights or {}).get(name, 1.0)) for name in names]
     groups = _groups_of(vectors, members)
     collapsed = 0
@@ -344,7 +345,7 @@ def component_advantage_gaps(advantages: Tensor, rewards: dict[str, Tensor], gro
     values_of_advantage = advantages.double().cpu().tolist()
     members = torch.as_tensor(group_ids).cpu().tolist()
     if len(values_of_advantage) != len(members):
-        raise ValueError(f"advantages has {len(values_of_advantage)} samples but group_ids has {len(members)}")
+        raise UserError(f"advantages has {len(values_of_advantage)} samples but group_ids has {len(members)}")
     gaps = {}
     for name, values in rewards.items():
         column = torch.as_tensor(values, dtype=torch.float64).cpu().tolist()

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators import kernel
 from gdpo_nemo.estimators.dense import dense_advantages, dense_group_size, kernel_advantages
 from gdpo_nemo.estimators.general import RewardOverflow
@@ -46,31 +47,31 @@ def _as_columns(
     dtype converts exactly) and their names."""
     if isinstance(rewards, Mapping):
         if component_names is not None:
-            raise ValueError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
+            raise UserError("component_names is only for a Tensor[B, K] of rewards; a dict names its own")
         if not rewards:
-            raise ValueError("rewards is empty: give at least one named reward component")
+            raise UserError("rewards is empty: give at least one named reward component")
         names = list(rewards)
         columns = []
         for name in names:
             column = torch.as_tensor(rewards[name])
             if column.dim() != 1:
-                raise ValueError(f"rewards[{name!r}] has shape {tuple(column.shape)}; expected a 1-D Tensor[B]")
+                raise UserError(f"rewards[{name!r}] has shape {tuple(column.shape)}; expected a 1-D Tensor[B]")
             columns.append(column)
         devices = {name: str(c.device) for name, c in zip(names, columns)}
         if len(set(devices.values())) != 1:
-            raise ValueError(f"reward components are on different devices: {devices}; put them on one device")
+            raise UserError(f"reward components are on different devices: {devices}; put them on one device")
         lengths = {name: int(c.shape[0]) for name, c in zip(names, columns)}
         if len(set(lengths.values())) != 1:
-            raise ValueError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
+            raise UserError(f"reward components differ in length: {lengths}; all must be Tensor[B]")
         return [c.to(torch.float64) for c in columns], names
     matrix = torch.as_tensor(rewards)
     if matrix.dim() != 2:
-        raise ValueError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
+        raise UserError(f"rewards has shape {tuple(matrix.shape)}; expected dict[str, Tensor[B]] or Tensor[B, K]")
     if component_names is None:
-        raise ValueError("a Tensor[B, K] of rewards needs component_names=[...] (K names)")
+        raise UserError("a Tensor[B, K] of rewards needs component_names=[...] (K names)")
     names = list(component_names)
     if len(names) != matrix.shape[1] or len(set(names)) != len(names):
-        raise ValueError(
+        raise UserError(
             f"component_names {names} must be {matrix.shape[1]} distinct names, one per column of rewards"
         )
     matrix = matrix.to(torch.float64)
@@ -85,7 +86,7 @@ def _weight_vector(names: list[str], reward_weights: Mapping[str, float] | None,
         return weights
     unknown = sorted(set(reward_weights) - set(names))
     if unknown:
-        raise ValueError(f"reward_weights names unknown component(s) {unknown}; the components are {names}")
+        raise UserError(f"reward_weights names unknown component(s) {unknown}; the components are {names}")
     for name, weight in reward_weights.items():
         weights[names.index(name)] = float(weight)
     return weights
@@ -131,22 +132,22 @@ def compute_advantages(
     info = estimator_info(estimator)
     columns, names = _as_columns(rewards, component_names)
     if info.multi_component and len(names) < 2:
-        raise ValueError(
+        raise UserError(
             f"estimator {estimator!r} normalizes each reward component separately and needs at least 2;"
             f" got {names}. Use estimator='grpo' for a single reward"
         )
     batch_size = columns[0].shape[0]
     if batch_size == 0:
-        raise ValueError("rewards has no samples (B = 0)")
+        raise UserError("rewards has no samples (B = 0)")
     device = columns[0].device
     options = _options(options, given)
     contradictions = options.problems_with(info)
     if contradictions:
-        raise ValueError("; ".join(contradictions))
+        raise UserError("; ".join(contradictions))
     if token_mask is not None:
         token_mask = torch.as_tensor(token_mask, device=device)
         if token_mask.dim() != 2 or token_mask.shape[0] != batch_size:
-            raise ValueError(
+            raise UserError(
                 f"token_mask has shape {tuple(token_mask.shape)}; expected Tensor[B, T] with B = {batch_size}"
             )
     weights = _weight_vector(names, options.reward_weights, device)
@@ -166,7 +167,7 @@ def compute_advantages(
     infinite = torch.isinf(matrix)
     if bool(infinite.any()):
         column = int(infinite.any(dim=0).nonzero()[0])
-        raise ValueError(f"rewards[{names[column]!r}] contains an infinite value; rewards must be finite or NaN")
+        raise UserError(f"rewards[{names[column]!r}] contains an infinite value; rewards must be finite or NaN")
     if options.strict:
         return strict_advantages(options.preset, estimator, matrix, group_ids, weights, options, token_mask, names)
     groups, order = group_index(group_ids, batch_size, matrix.device, options.single_sample_groups)

@@ -10,6 +10,7 @@ import math
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators.groups import Groups, constant_within, relative_sums, sum_terms, tolerance_of
 from gdpo_nemo.estimators.options import SCALE_REWARDS, AdvantageOptions
 from gdpo_nemo.estimators.registry import DenseForm, NemoRLEstimator, PlotStyle, register_estimator
@@ -142,7 +143,7 @@ def _exact_where_cancelled(others_sq: Tensor, removed: Tensor, values: Tensor, v
     return others_sq
 
 
-class RewardOverflow(ValueError):
+class RewardOverflow(UserError):
     """Rewards so large that the squares of their deviations overflow float64 (|r| around
     1e154 and beyond): a std cannot be computed, and no advantage is given in its place."""
 

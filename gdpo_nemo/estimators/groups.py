@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators.options import RESIDUE_EPSILONS
 
 __all__ = ["GroupExtremes", "Groups", "constant_within", "group_extremes", "group_index", "group_rows",
@@ -60,14 +61,14 @@ def group_index(
     Everything is on `device` (the rewards'): group ids are metadata and follow them."""
     group_ids = torch.as_tensor(group_ids, device=device)
     if group_ids.dim() != 1 or group_ids.shape[0] != batch_size:
-        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B] with B = {batch_size}")
+        raise UserError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B] with B = {batch_size}")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
-        raise ValueError(f"group_ids has dtype {group_ids.dtype}; expected an integer tensor of prompt group ids")
+        raise UserError(f"group_ids has dtype {group_ids.dtype}; expected an integer tensor of prompt group ids")
     unique, index, sizes = torch.unique(group_ids, return_inverse=True, return_counts=True)
     small = sizes < 2
     if single_sample_groups == "raise" and bool(small.any()):
         bad = unique[small][:5].tolist()
-        raise ValueError(
+        raise UserError(
             f"group_ids: group(s) {bad} have a single sample; every prompt group needs at least 2 rollouts"
             " (group_size >= 2): a group of 1 has no baseline. single_sample_groups='zero' (preset"
             " 'nemo_rl') gives such samples advantage 0 instead"
@@ -156,7 +157,7 @@ def group_rows(group_ids: Tensor, device: torch.device | None = None) -> tuple[T
     """(group index [B] in 0..N-1 in the order of the ids, N), on `device` (default: the ids')."""
     group_ids = torch.as_tensor(group_ids, device=device)
     if group_ids.dim() != 1:
-        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B]")
+        raise UserError(f"group_ids has shape {tuple(group_ids.shape)}; expected Tensor[B]")
     _, index = torch.unique(group_ids, return_inverse=True)
     return index, int(index.max()) + 1 if index.numel() else 0
 
@@ -191,7 +192,7 @@ def group_extremes(values: Tensor, group_ids: Tensor, index: Tensor | None = Non
     else:
         count = int(index.max()) + 1 if index.numel() else 0
     if values.shape[0] != index.shape[0]:
-        raise ValueError(f"values has {values.shape[0]} samples but group_ids has {index.shape[0]}")
+        raise UserError(f"values has {values.shape[0]} samples but group_ids has {index.shape[0]}")
     groups = Groups(index=index, num_groups=count)
     column = values.unsqueeze(1)
     valid = ~torch.isnan(column)

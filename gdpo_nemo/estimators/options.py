@@ -14,6 +14,7 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.checks import boolean, number, one_of
 
 __all__ = [
@@ -195,7 +196,7 @@ class AdvantageOptions:
         """These options, or a ValueError naming every problem (`problems`)."""
         problems = self.problems()
         if problems:
-            raise ValueError("; ".join(problems))
+            raise UserError("; ".join(problems))
         if self.reward_weights is not None:  # numpy and torch scalars become the floats they are
             return replace(self, reward_weights={name: _real_value(w) for name, w in self.reward_weights.items()})
         return self

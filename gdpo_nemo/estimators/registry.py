@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators.options import SCALE_REWARDS, AdvantageOptions
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def estimator_info(name: str) -> EstimatorInfo:
     """The registered estimator `name`; a ValueError naming it and the accepted names if none."""
     info = _REGISTRY.get(name) if isinstance(name, str) else None
     if info is None:
-        raise ValueError(f"unknown estimator {name!r}; expected one of {list(_REGISTRY)}")
+        raise UserError(f"unknown estimator {name!r}; expected one of {list(_REGISTRY)}")
     return info
 
 
@@ -153,22 +154,22 @@ def register_estimator(
     returns the function unchanged.
     """
     if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"estimator name {name!r}: expected a lower-case Python identifier (it is a config value)")
+        raise UserError(f"estimator name {name!r}: expected a lower-case Python identifier (it is a config value)")
     if isinstance(collapse_key, str) and collapse_key not in COLLAPSE_KINDS:
-        raise ValueError(
+        raise UserError(
             f"estimator {name!r}: collapse_key {collapse_key!r}; expected one of {list(COLLAPSE_KINDS)} or a function"
         )
     if in_fig3 and collapse_key is None:
-        raise ValueError(f"estimator {name!r}: in_fig3 needs a collapse_key (Fig. 3 counts its advantage groups)")
+        raise UserError(f"estimator {name!r}: in_fig3 needs a collapse_key (Fig. 3 counts its advantage groups)")
     unknown = [value for value in scale_rewards if value not in SCALE_REWARDS]
     if unknown or not scale_rewards:
-        raise ValueError(
+        raise UserError(
             f"estimator {name!r}: scale_rewards {list(scale_rewards)}; expected a non-empty subset of {list(SCALE_REWARDS)}"
         )
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
+            raise UserError(f"advantage estimator {name!r} is already registered")
         _REGISTRY[name] = EstimatorInfo(
             name=name, fn=fn, label=name if label is None else label, multi_component=multi_component,
             nemo_rl=nemo_rl, collapse_key=collapse_key, style=style, in_fig3=in_fig3, dense=dense,

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators.groups import group_index
 from gdpo_nemo.estimators.options import AdvantageOptions
 
@@ -110,9 +111,9 @@ def _nemo_rl_centred(values: Tensor, buckets: list[Tensor], options: AdvantageOp
 @_register("nemo_rl")
 def _nemo_rl(estimator, matrix, group_ids, weights, options, token_mask, names):
     if bool(torch.isnan(matrix).any()):
-        raise ValueError("strict=True with preset 'nemo_rl': NeMo RL has no NaN handling; give finite rewards")
+        raise UserError("strict=True with preset 'nemo_rl': NeMo RL has no NaN handling; give finite rewards")
     if options.scale_rewards == "batch":
-        raise ValueError("scale_rewards='batch' is not a NeMo RL option; strict 'nemo_rl' takes 'group' or 'none'")
+        raise UserError("scale_rewards='batch' is not a NeMo RL option; strict 'nemo_rl' takes 'group' or 'none'")
     values = matrix.to(torch.float32)
     buckets = _buckets(group_ids, values.shape[0], values.device, options.single_sample_groups)
     if estimator in ("grpo", "grpo_no_std"):
@@ -153,14 +154,14 @@ def _trl(estimator, matrix, group_ids, weights, options, token_mask, names):
     from gdpo_nemo.estimators.dense import dense_group_size
 
     if estimator == "gdpo_no_bn":
-        raise ValueError("strict=True with preset 'trl': TRL has no GDPO without batch norm; use 'gdpo' or 'grpo'")
+        raise UserError("strict=True with preset 'trl': TRL has no GDPO without batch norm; use 'gdpo' or 'grpo'")
     if estimator == "gdpo" and options.scale_rewards != "group":
-        raise ValueError("strict=True with preset 'trl': TRL's normalize_then_sum always divides by the group std")
+        raise UserError("strict=True with preset 'trl': TRL's normalize_then_sum always divides by the group std")
     values = matrix.to(torch.float32)
     batch_size, num_rewards = values.shape
     size = dense_group_size(group_ids, batch_size, values.device)
     if size is None:
-        raise ValueError(
+        raise UserError(
             "strict=True with preset 'trl': group_ids must be consecutive groups of one size >= 2, as TRL lays out"
             " its batches"
         )
@@ -214,9 +215,9 @@ def _verl_group_normalized(scores: Tensor, buckets: list[Tensor], divide: bool) 
 @_register("verl")
 def _verl(estimator, matrix, group_ids, weights, options, token_mask, names):
     if bool(torch.isnan(matrix).any()):
-        raise ValueError("strict=True with preset 'verl': verl has no NaN handling; give finite rewards")
+        raise UserError("strict=True with preset 'verl': verl has no NaN handling; give finite rewards")
     if options.scale_rewards == "batch" or options.leave_one_out:
-        raise ValueError("strict=True with preset 'verl': verl takes scale_rewards 'group' or 'none', no leave-one-out")
+        raise UserError("strict=True with preset 'verl': verl takes scale_rewards 'group' or 'none', no leave-one-out")
     values = matrix.to(torch.float32)
     buckets = _buckets(group_ids, values.shape[0], values.device, "zero")
     divide = estimator not in ("grpo_no_std",) and options.scale_rewards == "group"
@@ -260,10 +261,10 @@ def strict_advantages(
 ) -> Tensor:
     """Advantages [B] float32 as `preset`'s peer computes them (module docstring)."""
     if preset not in STRICT_PRESETS:
-        raise ValueError(f"strict=True: no strict reproduction of preset {preset!r}; expected one of {sorted(STRICT_PRESETS)}")
+        raise UserError(f"strict=True: no strict reproduction of preset {preset!r}; expected one of {sorted(STRICT_PRESETS)}")
     if estimator not in STRICT_ESTIMATORS:
         # A registered estimator of our own has no peer arithmetic to reproduce.
-        raise ValueError(
+        raise UserError(
             f"strict=True: no peer computes estimator {estimator!r}; strict reproduces {list(STRICT_ESTIMATORS)}"
         )
     return STRICT_PRESETS[preset](estimator, matrix, group_ids, weights, options, token_mask, names)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs import rundir
 
 BACKENDS = ("hf", "vllm")
@@ -90,7 +91,7 @@ def resolve_model(model: str) -> ModelRef:
         run_dir = path.parent.parent
         config = rundir.read_config(run_dir)
         if config is None:
-            raise ValueError(f"--model {model}: a local-engine checkpoint, but {rundir.config_path(run_dir)}"
+            raise UserError(f"--model {model}: a local-engine checkpoint, but {rundir.config_path(run_dir)}"
                              " (its run's config) is missing")
         return ModelRef(config["policy"]["model_name"], path, run_dir, int(match.group(1)))
     return ModelRef(model)
@@ -182,17 +183,17 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError:
-            raise ValueError("--backend vllm needs the vllm package (a GPU machine); use --backend hf here") from None
+            raise UserError("--backend vllm needs the vllm package (a GPU machine); use --backend hf here") from None
         from gdpo_nemo.engines.local.models import BUILTIN_PREFIX, SMOLLM2, is_builtin, smollm2_checkpoint
 
         self.ref = resolve_model(model)
         if self.ref.checkpoint is not None:
-            raise ValueError("--backend vllm reads transformers checkpoints; a local-engine checkpoint needs --backend hf")
+            raise UserError("--backend vllm reads transformers checkpoints; a local-engine checkpoint needs --backend hf")
         name = self.ref.name
         if name == BUILTIN_PREFIX + SMOLLM2:
             name = str(smollm2_checkpoint(log=log))  # the plain fp32 copy of the embedded model
         elif is_builtin(name):
-            raise ValueError(f"--backend vllm: {name} is built in memory and has no files vLLM could load;"
+            raise UserError(f"--backend vllm: {name} is built in memory and has no files vLLM could load;"
                              " use --backend hf")
         self.llm = LLM(model=name, seed=seed)
         self.tokenizer = self.llm.get_tokenizer()
@@ -224,5 +225,5 @@ class VLLMBackend:
 
 def make_backend(name: str, model: str, **options):
     if name not in BACKENDS:
-        raise ValueError(f"--backend {name!r} is not known; accepted: {', '.join(BACKENDS)}")
+        raise UserError(f"--backend {name!r} is not known; accepted: {', '.join(BACKENDS)}")
     return (HFBackend if name == "hf" else VLLMBackend)(model, **options)

@@ -28,6 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.evaluation import bfcl_format, metrics
 from gdpo_nemo.runs import rundir
 
@@ -52,7 +53,7 @@ def bfcl_python() -> Path:
     given = os.environ.get("GDPO_BFCL_PYTHON")
     path = Path(given) if given else REPO / ".venv-bfcl" / "bin" / "python"
     if not path.exists():
-        raise ValueError(f"BFCL needs the bfcl-eval virtualenv, not found at {path}: run `bash scripts/setup.sh --all` (or scripts/setup_bfcl.sh)"
+        raise UserError(f"BFCL needs the bfcl-eval virtualenv, not found at {path}: run `bash scripts/setup.sh --all` (or scripts/setup_bfcl.sh)"
                          " (or set GDPO_BFCL_PYTHON to a Python with bfcl-eval==2025.7.17)")
     return path
 
@@ -64,7 +65,7 @@ def data_dir(python: Path | None = None) -> Path:
     out = subprocess.run([str(python or bfcl_python()), "-c", code], capture_output=True, text=True, timeout=60)
     folder = Path(out.stdout.strip()) if out.stdout.strip() else None
     if folder is None or not (folder / "BFCL_v3_simple.json").is_file():
-        raise ValueError(f"the bfcl-eval environment has no BFCL_v3 data ({out.stderr.strip()[-300:]});"
+        raise UserError(f"the bfcl-eval environment has no BFCL_v3 data ({out.stderr.strip()[-300:]});"
                          " install bfcl-eval==2025.7.17, the last release that ships v3")
     return folder
 
@@ -75,7 +76,7 @@ def check_categories(categories) -> list:
     chosen: list = []
     for name in categories or ["all"]:
         if name not in GROUPS and name not in CATEGORIES:
-            raise ValueError(f"unknown BFCL v3 categories [{name!r}]; accepted: {', '.join(CATEGORIES)}, or the groups"
+            raise UserError(f"unknown BFCL v3 categories [{name!r}]; accepted: {', '.join(CATEGORIES)}, or the groups"
                              f" {', '.join(GROUPS)}")
         chosen += [c for c in GROUPS.get(name, (name,)) if c not in chosen]
     return chosen
@@ -85,7 +86,7 @@ def check_ids(ids) -> list:
     """Entry ids (e.g. simple_0, live_simple_0-0-0, multi_turn_base_3) whose category exists."""
     bad = [i for i in ids if i.rsplit("_", 1)[0] not in CATEGORIES]
     if bad:
-        raise ValueError(f"--ids {bad}: not BFCL v3 entry ids; an id is <category>_<index> with a category of"
+        raise UserError(f"--ids {bad}: not BFCL v3 entry ids; an id is <category>_<index> with a category of"
                          f" {', '.join(CATEGORIES)}")
     return list(dict.fromkeys(ids))
 
@@ -153,7 +154,7 @@ def _serve(worker: _Worker, backend, *, max_new_tokens: int, temperature: float)
                 raise RuntimeError(worker.failure())
             kind = message.get("type")
             if kind == "error":
-                raise ValueError(message["message"])
+                raise UserError(message["message"])
             if kind == "start":
                 bar = tqdm(total=message["total"], desc="bfcl " + " ".join(message["categories"])[:60], unit="entry")
             elif kind == "generate":

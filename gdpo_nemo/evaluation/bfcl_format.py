@@ -33,6 +33,7 @@ import json
 import re
 from collections import namedtuple
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards.toolcall import format_reward
 
 Tool = namedtuple("Tool", "name description schema")
@@ -116,10 +117,10 @@ def decode_calls(text: str) -> list:
         try:
             call = json.loads(line)
         except (ValueError, RecursionError) as err:
-            raise ValueError(f"tool call line {number} is not JSON: {err}") from None
+            raise UserError(f"tool call line {number} is not JSON: {err}") from None
         if (not isinstance(call, dict) or not isinstance(call.get("name"), str)
                 or not isinstance(call.get("parameters", {}), dict)):
-            raise ValueError(f"tool call line {number} is not an object with a string name and a parameters object")
+            raise UserError(f"tool call line {number} is not an object with a string name and a parameters object")
         calls.append({call["name"]: call.get("parameters", {})})
     return calls
 

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards.math_rewards import boxed_content
 from gdpo_nemo.tasks import TASKS
 
@@ -69,15 +70,15 @@ def _rows(path: Path) -> list:
             f"benchmark file {str(path)!r} does not exist (accepted: a .jsonl file with one JSON object per line,"
             " or a .json file holding a list of objects)")
     if path.suffix not in FORMATS:
-        raise ValueError(f"benchmark file {str(path)!r}: unknown format {path.suffix!r}; accepted: {', '.join(FORMATS)}")
+        raise UserError(f"benchmark file {str(path)!r}: unknown format {path.suffix!r}; accepted: {', '.join(FORMATS)}")
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"benchmark file {str(path)!r} is not valid JSON: {err}") from None
+            raise UserError(f"benchmark file {str(path)!r} is not valid JSON: {err}") from None
         if not isinstance(data, list):
-            raise ValueError(f"benchmark file {str(path)!r} must hold a JSON list of objects, got {type(data).__name__}")
+            raise UserError(f"benchmark file {str(path)!r} must hold a JSON list of objects, got {type(data).__name__}")
         return [(number, row, None) for number, row in enumerate(data, start=1)]
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+from gdpo_nemo.errors import UserError
+
 
 def _mean(values) -> float:
     values = list(values)
@@ -46,11 +48,11 @@ def mean_pass_fraction(pass_fractions: list) -> float:
 def exceed_share(lengths: list, limit: int, truncated: list | None = None) -> float:
     """Share of responses over `limit` tokens (truncated responses count as over)."""
     if limit <= 0:
-        raise ValueError(f"exceed limit must be a positive number of tokens, got {limit}")
+        raise UserError(f"exceed limit must be a positive number of tokens, got {limit}")
     flags = [n > limit for n in lengths]
     if truncated is not None:
         if len(truncated) != len(lengths):
-            raise ValueError(f"truncated has {len(truncated)} entries for {len(lengths)} lengths")
+            raise UserError(f"truncated has {len(truncated)} entries for {len(lengths)} lengths")
         flags = [f or bool(t) for f, t in zip(flags, truncated)]
     return _mean(float(f) for f in flags)
 

@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.evaluation import datasets, metrics
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.tasks import TASKS
@@ -31,10 +32,10 @@ TASK_BENCHMARKS = {name: cls.benchmarks for name, cls in TASKS.items() if cls.ev
 def check_benchmarks(task: str, benchmarks: list) -> list:
     """`benchmarks` if they are all benchmarks of `task` (math or code); else ValueError."""
     if task not in TASK_BENCHMARKS:
-        raise ValueError(f"--task {task!r}: this runner takes {', '.join(TASK_BENCHMARKS)} (toolcall: gdpo_nemo.evaluation.bfcl)")
+        raise UserError(f"--task {task!r}: this runner takes {', '.join(TASK_BENCHMARKS)} (toolcall: gdpo_nemo.evaluation.bfcl)")
     unknown = [b for b in benchmarks if b not in TASK_BENCHMARKS[task]]
     if unknown:
-        raise ValueError(f"--benchmarks {unknown}: not {task} benchmarks; accepted: {', '.join(TASK_BENCHMARKS[task])}")
+        raise UserError(f"--benchmarks {unknown}: not {task} benchmarks; accepted: {', '.join(TASK_BENCHMARKS[task])}")
     return list(benchmarks)
 
 

@@ -23,13 +23,14 @@ import importlib
 import math
 from collections.abc import Sequence
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards.base import BatchResult, RewardDataError, TaskRewards, lowest_values
 
 __all__ = ["TASKS", "RewardDataError", "RewardSet", "TaskRewards", "get_reward_set", "task_rewards"]
 
 from gdpo_nemo.tasks import TASKS as _REGISTERED  # noqa: E402  (each task names its reward table)
 
-TASKS = tuple(_REGISTERED)
+TASKS = _REGISTERED  # the task registry itself, read live
 CODE_MODULE = "gdpo_nemo.rewards.code"
 CODE_DEFAULT_LENGTH_LIMIT = 4000
 
@@ -42,7 +43,7 @@ def code_task_rewards() -> TaskRewards:
     except ModuleNotFoundError as err:
         if err.name != CODE_MODULE:
             raise
-        raise ValueError(f"task 'code' needs the module {CODE_MODULE}, which is not in this build") from None
+        raise UserError(f"task 'code' needs the module {CODE_MODULE}, which is not in this build") from None
 
     def scorer(completions, ground_truths, *, components, num_tokens=None, tests=None, length_limit=None, conditioned_length=False) -> BatchResult:
         # A non-text completion holds no program, which code scores 0 (its lowest) everywhere;
@@ -71,7 +72,7 @@ def task_rewards(task: str) -> TaskRewards:
     """The `TaskRewards` table of `task`, a registered task (gdpo_nemo.tasks.TASKS): its
     `rewards` names the table, or a function that builds it."""
     if task not in _REGISTERED:
-        raise ValueError(f"unknown reward task {task!r}; accepted: {', '.join(_REGISTERED)}")
+        raise UserError(f"unknown reward task {task!r}; accepted: {', '.join(_REGISTERED)}")
     module, attribute = _REGISTERED[task].rewards.split(":")
     table = getattr(importlib.import_module(module), attribute)
     return table() if callable(table) else table
@@ -79,9 +80,9 @@ def task_rewards(task: str) -> TaskRewards:
 
 def _check_length(name: str, values: object, expected: int) -> list:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise ValueError(f"{name} must be a list with one entry per completion, got {type(values).__name__}")
+        raise UserError(f"{name} must be a list with one entry per completion, got {type(values).__name__}")
     if len(values) != expected:
-        raise ValueError(f"{name} has {len(values)} entries but there are {expected} completions")
+        raise UserError(f"{name} has {len(values)} entries but there are {expected} completions")
     return list(values)
 
 
@@ -137,14 +138,14 @@ class RewardSet:
         count = len(_check_length("completions", completions, len(completions)))
         if ground_truths is None:
             if self._spec.needs_ground_truth:
-                raise ValueError(f"task {self.task!r} needs ground_truths, one per completion")
+                raise UserError(f"task {self.task!r} needs ground_truths, one per completion")
             ground_truths = [None] * count
         ground_truths = _check_length("ground_truths", ground_truths, count)
         if num_tokens is not None:
             num_tokens = _check_length("num_tokens", num_tokens, count)
         if self._spec.needs_tests:
             if tests is None:
-                raise ValueError(f"task {self.task!r} needs tests, one list of test cases per completion")
+                raise UserError(f"task {self.task!r} needs tests, one list of test cases per completion")
             tests = _check_length("tests", tests, count)
         scores, errors = self._spec.scorer(
             list(completions),
@@ -174,31 +175,31 @@ def get_reward_set(
     conditioned_length: `length` pays only correct answers (paper Table 4); always on for code.
     """
     if not isinstance(task, str) or task not in TASKS:
-        raise ValueError(f"unknown reward task {task!r}; accepted: {', '.join(TASKS)}")
+        raise UserError(f"unknown reward task {task!r}; accepted: {', '.join(TASKS)}")
     spec = task_rewards(task)
     if components is None:
         names = list(spec.default_components)
     elif isinstance(components, str) or not isinstance(components, Sequence):
-        raise ValueError(f"components must be a list of names such as {list(spec.default_components)}, got {components!r}")
+        raise UserError(f"components must be a list of names such as {list(spec.default_components)}, got {components!r}")
     else:
         names = list(components)
     accepted = ", ".join(spec.ranges)
     if not names:
-        raise ValueError(f"components is empty; accepted for task {task!r}: {accepted}")
+        raise UserError(f"components is empty; accepted for task {task!r}: {accepted}")
     for name in names:
         if name not in spec.ranges:
-            raise ValueError(f"unknown reward component {name!r} for task {task!r}; accepted: {accepted}")
+            raise UserError(f"unknown reward component {name!r} for task {task!r}; accepted: {accepted}")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(f"components lists {', '.join(duplicates)} more than once")
+        raise UserError(f"components lists {', '.join(duplicates)} more than once")
     if length_limit is not None and (
         isinstance(length_limit, bool)
         or not isinstance(length_limit, (int, float))
         or not (math.isfinite(length_limit) and length_limit > 0)
     ):
-        raise ValueError(f"length_limit must be a positive number of tokens, got {length_limit!r}")
+        raise UserError(f"length_limit must be a positive number of tokens, got {length_limit!r}")
     if not isinstance(conditioned_length, bool):
-        raise ValueError(f"conditioned_length must be true or false, got {conditioned_length!r}")
+        raise UserError(f"conditioned_length must be true or false, got {conditioned_length!r}")
     if "length" in names:
         limit = length_limit if length_limit is not None else spec.default_length_limit
         conditioned = conditioned_length or spec.length_always_conditioned

@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gdpo_nemo.errors import UserError
+
 # A batch scorer's result: {component: [value per row]} and {row index: data-error message}.
 BatchResult = tuple[dict[str, list[float]], dict[int, str]]
 
 
-class RewardDataError(ValueError):
+class RewardDataError(UserError):
     """The ground truth (or tests) of one or more rows cannot be scored: a data error.
 
     `rows` maps each bad row's index in the batch to a message naming the problem.

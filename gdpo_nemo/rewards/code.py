@@ -60,6 +60,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards.base import RewardDataError
 from gdpo_nemo.rewards.code_asserts import parse_assertion
 from gdpo_nemo.rewards.length import length_reward
@@ -213,7 +214,7 @@ def _text(value: object, what: str, final_newline: bool) -> str:
         return value
     if isinstance(value, list) and all(isinstance(line, str) for line in value):
         return "\n".join(value) + ("\n" if final_newline and value else "")
-    raise ValueError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
+    raise UserError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
 
 
 def _call_args(value: object, index: int) -> tuple[list, bool]:
@@ -224,16 +225,16 @@ def _call_args(value: object, index: int) -> tuple[list, bool]:
         try:
             return [json.loads(line) for line in value.split("\n") if line.strip()], True
         except ValueError as err:
-            raise ValueError(f"inputs[{index}] is not one JSON argument per line ({err})") from None
-    raise ValueError(f"inputs[{index}] must be a list of arguments or JSON lines, got {type(value).__name__}")
+            raise UserError(f"inputs[{index}] is not one JSON argument per line ({err})") from None
+    raise UserError(f"inputs[{index}] must be a list of arguments or JSON lines, got {type(value).__name__}")
 
 
 def _from_inputs_outputs(tests: dict) -> list[TestCase]:
     inputs, outputs = tests.get("inputs"), tests.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
-        raise ValueError('needs "inputs" and "outputs" lists')
+        raise UserError('needs "inputs" and "outputs" lists')
     if len(inputs) != len(outputs):
-        raise ValueError(f'has {len(inputs)} inputs but {len(outputs)} outputs')
+        raise UserError(f'has {len(inputs)} inputs but {len(outputs)} outputs')
     name = tests.get("fn_name")
     if name is None:
         return [
@@ -241,7 +242,7 @@ def _from_inputs_outputs(tests: dict) -> list[TestCase]:
             for k, (i, o) in enumerate(zip(inputs, outputs))
         ]
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f'"fn_name" must be a Python identifier, got {name!r}')
+        raise UserError(f'"fn_name" must be a Python identifier, got {name!r}')
     parsed = []
     for k, (given, expected) in enumerate(zip(inputs, outputs)):
         args, as_json = _call_args(given, k)
@@ -249,7 +250,7 @@ def _from_inputs_outputs(tests: dict) -> list[TestCase]:
             try:
                 expected = json.loads(expected)
             except ValueError as err:
-                raise ValueError(f"outputs[{k}] is not JSON ({err})") from None
+                raise UserError(f"outputs[{k}] is not JSON ({err})") from None
         parsed.append(TestCase(Case(call=name, args=args), expected, "exact" if as_json else "apps"))
     return parsed
 
@@ -266,12 +267,12 @@ def parse_tests(tests: object) -> list[TestCase]:
             # What the sandbox will be sent must be sendable: marshal refuses deep nesting.
             marshal.dumps([test.case._wire() for test in parsed], 4)
         except ValueError as err:
-            raise ValueError(f"tests hold arguments the sandbox cannot be sent ({err})") from None
+            raise UserError(f"tests hold arguments the sandbox cannot be sent ({err})") from None
         return parsed
     except ValueError:
         raise
     except (RecursionError, MemoryError, TypeError, OverflowError, SyntaxError) as err:
-        raise ValueError(f"tests cannot be read ({type(err).__name__}: {str(err)[:200]})") from None
+        raise UserError(f"tests cannot be read ({type(err).__name__}: {str(err)[:200]})") from None
 
 
 def _parse_tests(tests: object) -> list[TestCase]:
@@ -279,12 +280,12 @@ def _parse_tests(tests: object) -> list[TestCase]:
         try:
             tests = tests.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(f"tests are bytes but not UTF-8 ({err.reason})") from None
+            raise UserError(f"tests are bytes but not UTF-8 ({err.reason})") from None
     if isinstance(tests, str):
         try:
             tests = json.loads(tests)
         except ValueError as err:
-            raise ValueError(f"tests are a string but not JSON ({err})") from None
+            raise UserError(f"tests are a string but not JSON ({err})") from None
     if isinstance(tests, dict) and "input_output" in tests:
         return _parse_tests(tests["input_output"])
     if isinstance(tests, dict):
@@ -300,22 +301,22 @@ def _parse_tests(tests: object) -> list[TestCase]:
             for k, t in enumerate(tests)
         ]
     else:
-        raise ValueError(
+        raise UserError(
             'tests must be {"inputs": [...], "outputs": [...]} (optionally with "fn_name"), '
             '[{"input": ..., "output": ...}, ...], ["assert ...", ...], or the JSON of one of them; '
             f"got {type(tests).__name__}"
         )
     if not parsed:
-        raise ValueError("tests hold no test case")
+        raise UserError("tests hold no test case")
     return parsed
 
 
 def _check_components(components: object) -> list[str]:
     if isinstance(components, str) or not isinstance(components, Sequence) or not components:
-        raise ValueError(f"components must be a non-empty list of names from {list(CODE_RANGES)}, got {components!r}")
+        raise UserError(f"components must be a non-empty list of names from {list(CODE_RANGES)}, got {components!r}")
     unknown = [name for name in components if name not in CODE_RANGES]
     if unknown:
-        raise ValueError(f"unknown code reward component(s) {unknown}; accepted: {', '.join(CODE_RANGES)}")
+        raise UserError(f"unknown code reward component(s) {unknown}; accepted: {', '.join(CODE_RANGES)}")
     return list(components)
 
 
@@ -343,18 +344,18 @@ def score_code_batch(
     """
     names = _check_components(components)
     if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
-        raise ValueError(f"completions must be a list of strings, got {type(completions).__name__}")
+        raise UserError(f"completions must be a list of strings, got {type(completions).__name__}")
     count = len(completions)
     if isinstance(tests, (str, bytes)) or not isinstance(tests, Sequence) or len(tests) != count:
-        raise ValueError(f"tests must be a list with one entry per completion ({count}), got {tests!r:.200}")
+        raise UserError(f"tests must be a list with one entry per completion ({count}), got {tests!r:.200}")
     if num_tokens is not None and (isinstance(num_tokens, (str, bytes)) or not isinstance(num_tokens, Sequence) or len(num_tokens) != count):
-        raise ValueError(f"num_tokens must be None or a list of {count} token counts, got {num_tokens!r:.200}")
+        raise UserError(f"num_tokens must be None or a list of {count} token counts, got {num_tokens!r:.200}")
     if "length" in names and (
         isinstance(length_limit, bool)
         or not isinstance(length_limit, (int, float))
         or not (math.isfinite(length_limit) and length_limit > 0)
     ):
-        raise ValueError(f"length_limit must be a positive number of tokens when 'length' is scored, got {length_limit!r}")
+        raise UserError(f"length_limit must be a positive number of tokens when 'length' is scored, got {length_limit!r}")
 
     errors: dict[int, str] = {}
     parsed: dict[int, list[TestCase]] = {}

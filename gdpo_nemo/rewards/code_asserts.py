@@ -35,6 +35,8 @@ import math
 import operator
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
+
 MAX_CONSTANT_ITEMS = 1_000_000  # elements a constant built by * may have
 MAX_CONSTANT_WORK = 4_000_000  # units of work (about elements) one constant side may cost to build
 _COMPARE = {
@@ -244,13 +246,13 @@ def parse_assertion(statement: str) -> Assertion:
     """Split one assert statement (module docstring). Raises ValueError naming what is not
     supported, or why it does not parse."""
     if not isinstance(statement, str):
-        raise ValueError(f"an assert test must be a string, got {type(statement).__name__}")
+        raise UserError(f"an assert test must be a string, got {type(statement).__name__}")
     try:
         tree = ast.parse(statement, mode="exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as err:
-        raise ValueError(f"assert test does not parse ({type(err).__name__}): {statement[:200]!r}") from None
+        raise UserError(f"assert test does not parse ({type(err).__name__}): {statement[:200]!r}") from None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
-        raise ValueError(f"an assert test must be exactly one assert statement: {statement[:200]!r}")
+        raise UserError(f"an assert test must be exactly one assert statement: {statement[:200]!r}")
     probes: list[str] = []
 
     def term(node: ast.AST) -> tuple:
@@ -276,13 +278,13 @@ def parse_assertion(statement: str) -> Assertion:
             try:
                 return ("const", constant_value(node))
             except (_NotConstant, RecursionError, MemoryError) as err:
-                raise ValueError(
+                raise UserError(
                     f"assert test has an expected side the harness cannot compute without running it "
                     f"({err}): {statement[:200]!r}"
                 ) from None
         if any(isinstance(sub, (ast.Compare, ast.BoolOp)) for sub in ast.walk(node)):
             # The program would compute that comparison itself, and could answer "equal".
-            raise ValueError(f"assert test of a form that cannot be judged outside the program: {statement[:200]!r}")
+            raise UserError(f"assert test of a form that cannot be judged outside the program: {statement[:200]!r}")
         probes.append(ast.unparse(node))
         return ("probe", len(probes) - 1)
 
@@ -292,7 +294,7 @@ def parse_assertion(statement: str) -> Assertion:
                 if isinstance(op, (ast.Is, ast.IsNot)) and not (
                     isinstance(right, ast.Constant) and right.value in (None, True, False) and type(right.value) in (type(None), bool)
                 ):
-                    raise ValueError(f"assert test uses `is` with something other than None/True/False: {statement[:200]!r}")
+                    raise UserError(f"assert test uses `is` with something other than None/True/False: {statement[:200]!r}")
             return ("compare", [term(node.left)] + [term(c) for c in node.comparators], [type(op) for op in node.ops])
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return ("not", test(node.operand))
@@ -306,17 +308,17 @@ def parse_assertion(statement: str) -> Assertion:
             options = {}
             for keyword in node.keywords:
                 if keyword.arg not in ("rel_tol", "abs_tol"):
-                    raise ValueError(f"assert test passes isclose() an unknown option: {statement[:200]!r}")
+                    raise UserError(f"assert test passes isclose() an unknown option: {statement[:200]!r}")
                 try:
                     options[keyword.arg] = float(constant_value(keyword.value))
                 except (_NotConstant, TypeError, ValueError):
-                    raise ValueError(f"assert test's isclose() tolerance is not a number: {statement[:200]!r}") from None
+                    raise UserError(f"assert test's isclose() tolerance is not a number: {statement[:200]!r}") from None
             return ("isclose", term(node.args[0]), term(node.args[1]), options)
         if isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)) and not _names(node) <= _TEST_NAMES:
             return ("truth", term(node))
-        raise ValueError(f"assert test of a form that cannot be judged outside the program: {statement[:200]!r}")
+        raise UserError(f"assert test of a form that cannot be judged outside the program: {statement[:200]!r}")
 
     judged = test(tree.body[0].test)
     if not probes:
-        raise ValueError(f"assert test never calls the program: {statement[:200]!r}")
+        raise UserError(f"assert test never calls the program: {statement[:200]!r}")
     return Assertion(statement, tuple(probes), judged)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from gdpo_nemo.errors import UserError
+
 CHARS_PER_TOKEN_FALLBACK = 4
 
 
@@ -45,7 +47,7 @@ def length_reward(
     if isinstance(length_limit, bool) or not isinstance(length_limit, (int, float)) or not (
         math.isfinite(length_limit) and length_limit > 0
     ):
-        raise ValueError(f"length_limit must be a positive number of tokens, got {length_limit!r}")
+        raise UserError(f"length_limit must be a positive number of tokens, got {length_limit!r}")
     short = response_length(completion, num_tokens) <= length_limit
     if correct is None:
         return 1.0 if short else 0.0

@@ -44,6 +44,8 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from gdpo_nemo.errors import UserError
+
 CORRECT = "correct"
 WRONG = "wrong"
 TIMEOUT = "timeout"
@@ -247,11 +249,11 @@ class MathVerifier:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             math.isfinite(timeout_s) and timeout_s > 0
         ):
-            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+            raise UserError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+            raise UserError(f"num_workers must be an integer >= 1, got {num_workers!r}")
         if isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int) or memory_limit_mb < 0:
-            raise ValueError(f"memory_limit_mb must be an integer >= 0 (0: no limit), got {memory_limit_mb!r}")
+            raise UserError(f"memory_limit_mb must be an integer >= 0 (0: no limit), got {memory_limit_mb!r}")
         self.timeout_s = float(timeout_s)
         self.num_workers = num_workers
         self.memory_limit_mb = memory_limit_mb
@@ -309,7 +311,7 @@ class MathVerifier:
     def check_batch(self, golds: Sequence[str], predictions: Sequence[str]) -> list[str]:
         """`check` over pairs, in order, using all `num_workers` workers at once."""
         if len(golds) != len(predictions):
-            raise ValueError(f"golds ({len(golds)}) and predictions ({len(predictions)}) differ in length")
+            raise UserError(f"golds ({len(golds)}) and predictions ({len(predictions)}) differ in length")
         if self.num_workers == 1 or len(golds) <= 1:
             return [self.check(g, p) for g, p in zip(golds, predictions)]
         with ThreadPoolExecutor(max_workers=self.num_workers) as pool:

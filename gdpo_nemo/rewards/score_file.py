@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
+
 CHUNK_ROWS = 256
 
 
@@ -170,9 +172,9 @@ def score_file(reward_set, input_path: str, output_path: str, *, progress: bool 
     from tqdm import tqdm
 
     if input_path != "-" and not Path(input_path).is_file():
-        raise ValueError(f"input file {input_path!r} does not exist")
+        raise UserError(f"input file {input_path!r} does not exist")
     if output_path != "-" and input_path != "-" and _same_file(output_path, input_path):
-        raise ValueError(f"output {output_path!r} would overwrite the input; pass another -o")
+        raise UserError(f"output {output_path!r} would overwrite the input; pass another -o")
     task = reward_set.task
     scorer = _Scorer(reward_set)
     names = reward_set.names

@@ -40,6 +40,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
+
 MODE_ENV = "GDPO_NEMO_CPU_NUMERICS"
 MODES = ("pinned", "native")
 ATEN_CAPABILITY = "avx2"
@@ -57,7 +59,7 @@ def mode() -> str:
     variable and the accepted values otherwise."""
     value = os.environ.get(MODE_ENV, "pinned").strip().lower() or "pinned"
     if value not in MODES:
-        raise ValueError(f"{MODE_ENV}={os.environ[MODE_ENV]!r}: expected one of {list(MODES)}")
+        raise UserError(f"{MODE_ENV}={os.environ[MODE_ENV]!r}: expected one of {list(MODES)}")
     return value
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs import provenance, rundir
 
 
@@ -102,11 +103,11 @@ def _claim(run_dir: Path, config: dict, resume: bool, overwrite: bool, rules: Re
     """`start_run`'s checks with `rules`: refuse or move aside an earlier run, check a
     resume; returns the checkpoint to resume from."""
     if resume and overwrite:
-        raise ValueError("--resume and --overwrite contradict each other: --resume continues the run in the run dir, "
+        raise UserError("--resume and --overwrite contradict each other: --resume continues the run in the run dir, "
                          "--overwrite moves it aside and starts again; pass one")
     if rundir.holds_run_data(run_dir) and not resume:
         if not overwrite:
-            raise ValueError(f"run dir {run_dir} already holds a run ({rundir.describe_run_dir(run_dir)}): pass --resume "
+            raise UserError(f"run dir {run_dir} already holds a run ({rundir.describe_run_dir(run_dir)}): pass --resume "
                              "to continue it, or --overwrite to move it into "
                              f"{run_dir / rundir.REPLACED_DIR}/<time>/ and start again (nothing is deleted)")
         moved = rundir.move_aside(run_dir)
@@ -132,7 +133,7 @@ def _check_config_unchanged(run_dir: Path, config: dict, rules: ResumeRules) -> 
     saved = rules.as_saved_today(rundir.read_config_file(config_path))
     changed = [k for k in config_differences(saved, config) if not k.startswith(rules.resumable_changes)]
     if changed:
-        raise ValueError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
+        raise UserError(f"--resume: the config differs from the run's {config_path} at {changed[:5]}:"
                          " a resumed run must keep its settings (only grpo.max_num_steps and logger.* may change)")
 
 
@@ -158,7 +159,7 @@ def _check_metrics_match(run_dir: Path, step: int) -> None:
     logged = {int(record["step"]) for record in rundir.read_metrics(run_dir)}
     missing = sorted(set(range(1, step)) - logged)
     if missing:
-        raise ValueError(
+        raise UserError(
             f"--resume: {rundir.metrics_path(run_dir)} lacks step(s) {missing[:5]}{' ...' if len(missing) > 5 else ''} "
             f"before the newest checkpoint step_{step}: the metrics and the checkpoint are not one run's. Keep this run "
             f"dir as it is and start a new one (--run-dir), or --overwrite to move it aside"

@@ -29,6 +29,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.rundir import PROVENANCE_FILE
 
 FILE = PROVENANCE_FILE  # gdpo_nemo.runs.rundir, which names every file of a run dir
@@ -157,7 +158,7 @@ def state_digest(model_or_state) -> str:
     return digest.hexdigest()[:16]
 
 
-class StaleCache(ValueError):
+class StaleCache(UserError):
     """A cached model whose recorded numerics or weights are not what its key promises."""
 
 
@@ -218,9 +219,9 @@ def read(run_dir) -> list[dict] | None:
     try:
         records = json.loads(path.read_text())["invocations"]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: unreadable provenance ({err})") from None
+        raise UserError(f"{path}: unreadable provenance ({err})") from None
     if not isinstance(records, list):
-        raise ValueError(f"{path}: 'invocations' is not a list")
+        raise UserError(f"{path}: 'invocations' is not a list")
     return records
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
+
 _SEP = "__"
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -25,12 +27,12 @@ class RunId:
         for field in ("experiment", "task", "model", "algo"):
             value = getattr(self, field)
             if not isinstance(value, str) or not _PART.match(value) or _SEP in value:
-                raise ValueError(
+                raise UserError(
                     f"run id {field}={value!r} is not allowed: use letters, digits, '.', '_', '+', '-'"
                     f" (no '{_SEP}', not starting with a symbol)"
                 )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"run id seed={self.seed!r} must be a non-negative int")
+            raise UserError(f"run id seed={self.seed!r} must be a non-negative int")
 
     @property
     def group(self) -> str:
@@ -49,7 +51,7 @@ class RunId:
     def parse(cls, name: str) -> "RunId":
         parts = name.split(_SEP)
         if len(parts) != 5 or not parts[4].startswith("seed") or not parts[4][4:].isdigit():
-            raise ValueError(
+            raise UserError(
                 f"{name!r} is not a run id: expected experiment__task__model__algo__seed<N>"
             )
         return cls(parts[0], parts[1], parts[2], parts[3], int(parts[4][4:]))

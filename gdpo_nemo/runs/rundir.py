@@ -39,6 +39,8 @@ from pathlib import Path
 
 import yaml
 
+from gdpo_nemo.errors import UserError
+
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "DONE"
@@ -184,11 +186,11 @@ def read_config_file(path) -> dict:
     try:
         config = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not YAML: {err}") from None
+        raise UserError(f"{path}: not YAML: {err}") from None
     if config is None:
         return {}
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a mapping, found {type(config).__name__}")
+        raise UserError(f"{path}: expected a mapping, found {type(config).__name__}")
     return config
 
 

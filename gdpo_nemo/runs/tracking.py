@@ -37,6 +37,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.rundir import METRICS_FILE, WANDB_ID_FILE, metrics_path, move_aside, split_metrics, wandb_dir
 
 
@@ -44,7 +45,7 @@ ONLINE_INIT_TIMEOUT_S = 20.0
 INIT_TIMEOUT_ENV = "GDPO_NEMO_WANDB_INIT_TIMEOUT"
 
 
-class WandbUnavailable(ValueError):
+class WandbUnavailable(UserError):
     """W&B was asked to run online only (WANDB_MODE=online) and its server cannot be reached."""
 
 
@@ -54,7 +55,7 @@ def online_init_timeout() -> float:
     try:
         value = float(text) if text else ONLINE_INIT_TIMEOUT_S
     except ValueError:
-        raise ValueError(f"{INIT_TIMEOUT_ENV}={text!r} must be a number of seconds") from None
+        raise UserError(f"{INIT_TIMEOUT_ENV}={text!r} must be a number of seconds") from None
     return value if value > 0 else ONLINE_INIT_TIMEOUT_S
 
 
@@ -252,10 +253,10 @@ def iter_wandb_records(path) -> Iterator[bytes]:
     """
     data = Path(path).read_bytes()
     if len(data) < _WANDB_HEADER.size:
-        raise ValueError(f"{path}: not a W&B run file (shorter than its header)")
+        raise UserError(f"{path}: not a W&B run file (shorter than its header)")
     ident, magic, _version = _WANDB_HEADER.unpack_from(data, 0)
     if ident != b":W&B" or magic != 0xBEE1:
-        raise ValueError(f"{path}: not a W&B run file (header {ident!r}, magic {magic:#x})")
+        raise UserError(f"{path}: not a W&B run file (header {ident!r}, magic {magic:#x})")
     pos, pending = _WANDB_HEADER.size, b""
     while pos < len(data):
         left = _WANDB_BLOCK - pos % _WANDB_BLOCK

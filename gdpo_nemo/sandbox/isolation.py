@@ -28,6 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.sandbox import leases, runtime, seccomp
 
 # Directories of the root file system made visible read-only when they exist.
@@ -147,7 +148,7 @@ class Isolation:
 
     def __init__(self, backend: str, python: str, uid: int | None, driver_source: str, *, inet: bool = False):
         if backend not in ("bwrap", "rlimits"):
-            raise ValueError(f"backend must be 'bwrap' or 'rlimits', got {backend!r}")
+            raise UserError(f"backend must be 'bwrap' or 'rlimits', got {backend!r}")
         self.backend = backend
         self.python = python
         self.uid = uid
@@ -245,6 +246,6 @@ class Isolation:
             )
             return Launch(argv, None, {"PATH": SANDBOX_PATH}, self._stdin_prefix, f"{SANDBOX_TMP}/main.py", True)
         if workdir is None:
-            raise ValueError("the rlimits backend needs a working directory")
+            raise UserError("the rlimits backend needs a working directory")
         argv = prefix + self._interpreter_args()
         return Launch(argv, workdir, scrubbed_env(workdir), self._stdin_prefix, os.path.join(workdir, "main.py"), False)

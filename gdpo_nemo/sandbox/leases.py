@@ -28,6 +28,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from gdpo_nemo.errors import UserError
+
 LEASE_ENV = "GDPO_NEMO_LEASE_DIR"
 ROOT_LEASE_DIR = "/run/gdpo-nemo/leases"
 
@@ -122,7 +124,7 @@ def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:
     """A lease on a number in [0, span) of `kind` that no other holder (of any process that
     sees the same directory) has now. Raises LeaseError when none can be taken."""
     if span < 1 or not kind.isidentifier():
-        raise ValueError(f"take({kind!r}, {span}): a kind is an identifier and a span at least 1")
+        raise UserError(f"take({kind!r}, {span}): a kind is an identifier and a span at least 1")
     directory = lease_dir() if directory is None else Path(directory)
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)

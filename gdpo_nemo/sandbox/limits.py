@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from gdpo_nemo.errors import UserError
+
 MIB = 1 << 20
 
 
@@ -59,9 +61,9 @@ class Limits:
             kinds = (int,) if whole else (int, float)
             if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value <= 0:
                 accepted = "a positive whole number" if whole else "a positive number"
-                raise ValueError(f"Limits.{spec.name} must be {accepted}, got {value!r}")
+                raise UserError(f"Limits.{spec.name} must be {accepted}, got {value!r}")
         if self.memory_bytes < 32 * MIB:
-            raise ValueError(
+            raise UserError(
                 f"Limits.memory_bytes must be at least {32 * MIB} (32 MiB: CPython itself needs it), got {self.memory_bytes}"
             )
 

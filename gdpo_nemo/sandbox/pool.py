@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.protocol import Case
 from gdpo_nemo.sandbox.runner import Sandbox, default_sandbox
@@ -57,9 +58,9 @@ class SandboxPool:
         if workers is None:
             workers = default_workers()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+            raise UserError(f"workers must be a whole number >= 1, got {workers!r}")
         if limits is not None and not isinstance(limits, Limits):
-            raise ValueError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
+            raise UserError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
         self.workers = workers
         self.sandbox = default_sandbox() if sandbox is None else sandbox
         self.limits = Limits() if limits is None else limits

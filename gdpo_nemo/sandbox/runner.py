@@ -31,6 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.sandbox._tree import empty_directory
 from gdpo_nemo.sandbox.cgroups import CgroupRoot, SandboxCgroup
 from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python, lease_host_uid, leased_uid
@@ -110,11 +111,11 @@ class Sandbox:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             hint = " (the silent fallback is gone: pass 'rlimits' to opt in to running without isolation)" if self.backend == "auto" else ""
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}{hint}")
+            raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}{hint}")
         if self.python is None:
             self.python = default_python()
         if not os.access(self.python, os.X_OK):
-            raise ValueError(f"python must be an executable interpreter, got {self.python!r}")
+            raise UserError(f"python must be an executable interpreter, got {self.python!r}")
         if os.geteuid() != 0:
             self.uid = None
         elif self.uid is None:
@@ -210,16 +211,16 @@ class Sandbox:
         and SandboxError when the sandbox itself cannot run.
         """
         if not isinstance(source, str):
-            raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
+            raise UserError(f"source must be a str of Python code, got {type(source).__name__}")
         cases = list(cases)
         for case in cases:
             if not isinstance(case, Case):
-                raise ValueError(f"cases must be Case objects, got {type(case).__name__}")
+                raise UserError(f"cases must be Case objects, got {type(case).__name__}")
         if not cases:
             return []
         limits = Limits() if limits is None else limits
         if not isinstance(limits, Limits):
-            raise ValueError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
+            raise UserError(f"limits must be a gdpo_nemo.sandbox.Limits, got {type(limits).__name__}")
         return self._run(self._get_isolation(), source, cases, limits, bool(stop_on_timeout), judge)
 
     def run_program(self, source: str, stdin: str | bytes = "", limits: Limits | None = None) -> ExecResult:

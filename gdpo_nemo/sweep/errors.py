@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gdpo_nemo.errors import UserError
 
-class SweepError(ValueError):
+
+class SweepError(UserError):
     """Bad input to a sweep (experiment, profile, filter, config, missing Slurm command).
 
     The message names the input at fault and what would be accepted.

@@ -24,9 +24,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import ClusterProfile
-from gdpo_nemo.tasks import TASKS
+from gdpo_nemo.tasks import PerTask
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = REPO_ROOT / "slurm" / "templates"
@@ -44,7 +45,7 @@ def fill(template: str, values: dict[str, str]) -> str:
     used = set(_PLACEHOLDER.findall(template))
     missing, unused = used - set(values), set(values) - used
     if missing or unused:
-        raise ValueError(f"template placeholders without value: {sorted(missing)}; values without placeholder: {sorted(unused)}")
+        raise UserError(f"template placeholders without value: {sorted(missing)}; values without placeholder: {sorted(unused)}")
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
@@ -191,7 +192,7 @@ def render_script(
 
 # The training tasks with an evaluation (docs/eval.md; the task registry's `evaluation`):
 # `gdpo-nemo eval --task` takes the task's own name. gsm8k has none in the paper.
-EVAL_TASKS = {name: name for name, cls in TASKS.items() if cls.evaluation is not None}
+EVAL_TASKS = PerTask(lambda name: name, where=lambda cls: cls.evaluation is not None)  # read live
 
 
 def render_eval_script(*, run_id: RunId, profile: ClusterProfile, run_dir: Path, log_path: Path,

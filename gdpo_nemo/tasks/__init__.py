@@ -5,8 +5,9 @@ from gdpo_nemo.tasks import get_task, TASKS
 
 task = get_task(name, **options)   # name in TASKS: "toolcall", "gsm8k", "math", "code"
 task.name
-task.reward_set(components=None, length_limit=None, conditioned_length=False)
-    # -> gdpo_nemo.rewards RewardSet (get_reward_set(task.name, ...))
+# its rewards: gdpo_nemo.rewards.get_reward_set(task.name, components=None, length_limit=None,
+#   conditioned_length=False) -> RewardSet (the table `task.rewards` names; tasks never
+#   import rewards: rewards reads this registry)
 task.load(split="train", *, source="offline", path=None, limit=None, seed=0) -> list[Example]
     # source="offline": our generated set, deterministic for (seed, options); train and
     #   validation are disjoint for every pair of seeds; limit defaults to
@@ -35,10 +36,10 @@ for code (else None), `meta` provenance and generator details. Options per task 
 offline sets' contents are described in docs/tasks.md and in each task's module.
 """
 
-from gdpo_nemo.tasks.base import TASKS, Example, Task, get_task, register_task
+from gdpo_nemo.tasks.base import TASKS, Example, PerTask, Task, get_task, register_task
 
 # Importing the task modules registers them in TASKS.
 # In this order (tool calling, GSM8K, math, code) every list of tasks shows them.
 from gdpo_nemo.tasks import toolcall, gsm8k, math_problems, code_problems  # noqa: E402,F401  isort: skip
 
-__all__ = ["TASKS", "Example", "Task", "get_task", "register_task"]
+__all__ = ["TASKS", "Example", "PerTask", "Task", "get_task", "register_task"]

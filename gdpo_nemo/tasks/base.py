@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.tasks import files
 
 SPLITS = ("train", "validation")
@@ -113,18 +115,6 @@ class Task:
 
     # ---- what callers use -------------------------------------------------------------
 
-    def reward_set(self, components=None, length_limit=None, conditioned_length=False):
-        """The task's `gdpo_nemo.rewards` RewardSet (see docs/interfaces.md): the paper's
-        component set when `components` is None, else the named components in that order."""
-        from gdpo_nemo.rewards import get_reward_set
-
-        return get_reward_set(
-            self.name,
-            components,
-            length_limit=length_limit,
-            conditioned_length=conditioned_length,
-        )
-
     def load(
         self,
         split: str = "train",
@@ -146,23 +136,23 @@ class Task:
         Raises ValueError naming the argument, file, row or column at fault.
         """
         if split not in SPLITS:
-            raise ValueError(f"split={split!r} is not known: use one of {list(SPLITS)}")
+            raise UserError(f"split={split!r} is not known: use one of {list(SPLITS)}")
         if source not in SOURCES:
-            raise ValueError(f"source={source!r} is not known: use one of {list(SOURCES)}")
+            raise UserError(f"source={source!r} is not known: use one of {list(SOURCES)}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit={limit!r} must be None or a non-negative int")
+            raise UserError(f"limit={limit!r} must be None or a non-negative int")
         if source == "offline":
             if path is not None:
-                raise ValueError(f"path={path!r} is only read with source='file' (source is 'offline')")
+                raise UserError(f"path={path!r} is only read with source='file' (source is 'offline')")
             if isinstance(seed, bool) or not isinstance(seed, int):
-                raise ValueError(f"seed={seed!r} must be an int")
+                raise UserError(f"seed={seed!r} must be an int")
             count = self.default_sizes[split] if limit is None else limit
             drafts = self._generate(split, count, seed)
         else:
             if path is None:
-                raise ValueError(f"source='file' needs path= (a data file or a folder of split files) for task {self.name!r}")
+                raise UserError(f"source='file' needs path= (a data file or a folder of split files) for task {self.name!r}")
             if self.validation_percent != VALIDATION_PERCENT:
-                raise ValueError(f"validation_percent={self.validation_percent!r} splits the offline set only: a data file's"
+                raise UserError(f"validation_percent={self.validation_percent!r} splits the offline set only: a data file's"
                                  " splits are its own files (leave the option out with source='file')")
             drafts = self._read(split, path, limit)
         return [
@@ -196,7 +186,7 @@ class Task:
         value = getattr(self, option)
         chosen = tuple(value) if isinstance(value, (list, tuple)) else None
         if not chosen or any(item not in accepted for item in chosen):
-            raise ValueError(f"{option}={value!r} must be a non-empty list drawn from {list(accepted)}")
+            raise UserError(f"{option}={value!r} must be a non-empty list drawn from {list(accepted)}")
         object.__setattr__(self, option, chosen)
 
     def _int_option(self, option: str, minimum: int, maximum: int | None = None) -> None:
@@ -204,7 +194,7 @@ class Task:
         value = getattr(self, option)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
             bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
-            raise ValueError(f"{option}={value!r} must be an int {bounds}")
+            raise UserError(f"{option}={value!r} must be an int {bounds}")
 
     def _options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -225,7 +215,7 @@ class Task:
             meta = {"task": self.name, "source": "offline", "split": split, "seed": seed, **draft.meta}
             drafts.append(draft._replace(meta=meta))
         if len(drafts) < count:
-            raise ValueError(
+            raise UserError(
                 f"task {self.name!r} with options {self._options()} found only {len(drafts)} distinct"
                 f" {split} items in {budget} draws, fewer than limit={count}: ask for fewer"
             )
@@ -248,14 +238,38 @@ class Task:
 TASKS: dict = {}
 
 
+class PerTask(Mapping):
+    """A read-only {key: value} over the registered tasks, computed at each access, so a task
+    registered after import is in it: `value(name)` for each task name (`where(task class)`
+    chooses which), keyed by `key(name)` (default: the name)."""
+
+    def __init__(self, value, *, key=None, where=None):
+        self._value, self._key, self._where = value, key or (lambda name: name), where or (lambda cls: True)
+
+    def _names(self) -> dict:
+        return {self._key(name): name for name, cls in TASKS.items() if self._where(cls)}
+
+    def __getitem__(self, key):
+        return self._value(self._names()[key])
+
+    def __iter__(self):
+        return iter(list(self._names()))
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"PerTask({dict(self)!r})"
+
+
 def register_task(cls):
     """Class decorator: make a `Task` subclass available to `get_task` under `cls.name`."""
     if not cls.name or cls.name in TASKS:
-        raise ValueError(f"task class {cls.__name__} needs a new, non-empty name (got {cls.name!r})")
+        raise UserError(f"task class {cls.__name__} needs a new, non-empty name (got {cls.name!r})")
     if cls.rewards.count(":") != 1:
-        raise ValueError(f"task class {cls.__name__} needs rewards = 'module:attribute' of its reward table")
+        raise UserError(f"task class {cls.__name__} needs rewards = 'module:attribute' of its reward table")
     if cls.evaluation not in (None, "bfcl", "runner") or (cls.evaluation == "runner") != bool(cls.benchmarks):
-        raise ValueError(f"task class {cls.__name__}: evaluation is None, 'bfcl' or 'runner' (with benchmarks)")
+        raise UserError(f"task class {cls.__name__}: evaluation is None, 'bfcl' or 'runner' (with benchmarks)")
     TASKS[cls.name] = cls
     return cls
 
@@ -265,10 +279,10 @@ def get_task(name: str, **options) -> Task:
     (the fields of its class, see docs/tasks.md). Unknown names or options: ValueError
     listing what is accepted."""
     if name not in TASKS:
-        raise ValueError(f"task {name!r} is not known: use one of {sorted(TASKS)}")
+        raise UserError(f"task {name!r} is not known: use one of {sorted(TASKS)}")
     cls = TASKS[name]
     accepted = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ValueError(f"task {name!r} has no option(s) {unknown}: accepted options are {accepted}")
+        raise UserError(f"task {name!r} has no option(s) {unknown}: accepted options are {accepted}")
     return cls(**options)

@@ -24,6 +24,7 @@ import string
 from dataclasses import dataclass
 from typing import Callable
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.tasks import files, prompts
 from gdpo_nemo.tasks.base import Draft, Task, chat, register_task
 
@@ -300,11 +301,11 @@ def parse_tests(value, where: str) -> dict:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: column 'reward_model.ground_truth' is text but not JSON tests ({err.msg})") from err
+            raise UserError(f"{where}: column 'reward_model.ground_truth' is text but not JSON tests ({err.msg})") from err
     if not isinstance(value, dict) or not isinstance(value.get("inputs"), list) or not isinstance(value.get("outputs"), list):
-        raise ValueError(f"{where}: column 'reward_model.ground_truth' must hold {{\"inputs\": [...], \"outputs\": [...]}}")
+        raise UserError(f"{where}: column 'reward_model.ground_truth' must hold {{\"inputs\": [...], \"outputs\": [...]}}")
     if len(value["inputs"]) != len(value["outputs"]) or not value["inputs"]:
-        raise ValueError(
+        raise UserError(
             f"{where}: column 'reward_model.ground_truth' has {len(value['inputs'])} inputs and"
             f" {len(value['outputs'])} outputs; they must be equal in number and at least 1"
         )
@@ -373,7 +374,7 @@ class CodeTask(Task):
         """A one-line idea, then the reference program in one ```python block."""
         solution = example.meta.get("solution")
         if not solution:
-            raise ValueError(
+            raise UserError(
                 f"code example idx={example.idx} has no reference solution (meta['solution']);"
                 " demonstrations need the offline set or a data file with a 'solution' or 'solutions' column"
             )

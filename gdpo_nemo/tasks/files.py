@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
+
 EXTENSIONS = (".parquet", ".jsonl", ".json")
 # File stems a folder may hold for each split (ToolRL and GSM8K ship `test` files).
 SPLIT_STEMS = {"train": ("train",), "validation": ("validation", "test", "val")}
@@ -26,11 +28,11 @@ def split_file(path, split: str) -> Path:
         for candidate in candidates:
             if candidate.is_file():
                 return candidate
-        raise ValueError(
+        raise UserError(
             f"{path}: folder has no {split} file; looked for {[c.name for c in candidates]}"
         )
     if not path.is_file():
-        raise ValueError(f"{path}: no such data file (give a {'/'.join(EXTENSIONS)} file or a folder of split files)")
+        raise UserError(f"{path}: no such data file (give a {'/'.join(EXTENSIONS)} file or a folder of split files)")
     return path
 
 
@@ -38,7 +40,7 @@ def read_records(path) -> list:
     """All rows of a .parquet, .jsonl or .json (a list of objects) file as dicts."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such data file")
+        raise UserError(f"{path}: no such data file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -46,7 +48,7 @@ def read_records(path) -> list:
         try:
             return pq.read_table(path).to_pylist()
         except Exception as err:  # pyarrow raises several types for a damaged file
-            raise ValueError(f"{path}: not a readable parquet file ({err})") from err
+            raise UserError(f"{path}: not a readable parquet file ({err})") from err
     if suffix == ".jsonl":
         rows = []
         with path.open(encoding="utf-8") as handle:
@@ -56,20 +58,20 @@ def read_records(path) -> list:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}, line {line_number}: not valid JSON ({err.msg})") from err
+                    raise UserError(f"{path}, line {line_number}: not valid JSON ({err.msg})") from err
                 if not isinstance(row, dict):
-                    raise ValueError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
+                    raise UserError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
                 rows.append(row)
         return rows
     if suffix == ".json":
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from err
+            raise UserError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from err
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ValueError(f"{path}: a .json data file must hold a list of objects (one per row)")
+            raise UserError(f"{path}: a .json data file must hold a list of objects (one per row)")
         return rows
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; use one of {list(EXTENSIONS)}")
+    raise UserError(f"{path}: unsupported file type {suffix!r}; use one of {list(EXTENSIONS)}")
 
 
 def column(record: dict, name: str, where: str):
@@ -87,7 +89,7 @@ def column(record: dict, name: str, where: str):
             except json.JSONDecodeError:
                 pass
         if not isinstance(value, dict) or part not in value:
-            raise ValueError(f"{where}: missing column {name!r} (columns present: {sorted(record)})")
+            raise UserError(f"{where}: missing column {name!r} (columns present: {sorted(record)})")
         value = value[part]
     return value
 
@@ -96,7 +98,7 @@ def text_column(record: dict, name: str, where: str) -> str:
     """Column `name` of one row, which must be a string (ValueError naming it otherwise)."""
     value = column(record, name, where)
     if not isinstance(value, str):
-        raise ValueError(f"{where}: column {name!r} must be text, got {type(value).__name__}")
+        raise UserError(f"{where}: column {name!r} must be text, got {type(value).__name__}")
     return value
 
 
@@ -108,9 +110,9 @@ def chat_column(record: dict, name: str, where: str) -> list:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: column {name!r} is text but not a JSON list of messages") from err
+            raise UserError(f"{where}: column {name!r} is text but not a JSON list of messages") from err
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"{where}: column {name!r} must be a non-empty list of chat messages")
+        raise UserError(f"{where}: column {name!r} must be a non-empty list of chat messages")
     messages = []
     for message in value:
         if (
@@ -118,7 +120,7 @@ def chat_column(record: dict, name: str, where: str) -> list:
             or message.get("role") not in ("system", "user", "assistant")
             or not isinstance(message.get("content"), str)
         ):
-            raise ValueError(
+            raise UserError(
                 f"{where}: column {name!r} holds {message!r}; each message needs role"
                 " 'system', 'user' or 'assistant' and text content"
             )

@@ -20,6 +20,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.tasks import files, prompts
 from gdpo_nemo.tasks.base import Draft, Task, chat, register_task
 
@@ -106,7 +107,7 @@ class Gsm8kTask(Task):
         solution = files.text_column(record, "answer", where)
         answer = final_answer(solution)
         if answer is None:
-            raise ValueError(f"{where}: column 'answer' has no '#### <final answer>' line")
+            raise UserError(f"{where}: column 'answer' has no '#### <final answer>' line")
         worked = _ANNOTATION.sub("", solution.rsplit("####", 1)[0]).split()
         steps = f"{' '.join(worked)} So the answer is {answer}." if worked else f"The answer is {answer}."
         return Draft(

@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass
 from fractions import Fraction
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.tasks import files, prompts
 from gdpo_nemo.tasks.base import Draft, Task, chat, register_task
 
@@ -143,7 +144,7 @@ class MathTask(Task):
         problem = files.text_column(record, "problem", where)
         answer = files.column(record, "answer", where)
         if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip():
-            raise ValueError(f"{where}: column 'answer' must be a non-empty text or number, got {answer!r}")
+            raise UserError(f"{where}: column 'answer' must be a non-empty text or number, got {answer!r}")
         meta = {}
         solution = record.get("solution")
         if isinstance(solution, str) and solution.strip():

@@ -19,6 +19,7 @@ import json
 import random
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.tasks import files, prompts
 from gdpo_nemo.tasks.base import Draft, Task, chat, register_task
 from gdpo_nemo.tasks.tool_catalogue import CATALOGUE, CHAT_REQUESTS
@@ -62,9 +63,9 @@ class ToolCallTask(Task):
         for option in ("two_call_share", "no_call_share"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ValueError(f"{option}={value!r} must be a number from 0 to 1")
+                raise UserError(f"{option}={value!r} must be a number from 0 to 1")
         if self.two_call_share + self.no_call_share > 1:
-            raise ValueError(
+            raise UserError(
                 f"two_call_share + no_call_share = {self.two_call_share + self.no_call_share} must be at most 1"
             )
 
@@ -134,7 +135,7 @@ class ToolCallTask(Task):
         messages = files.chat_column(record, "prompt", where)
         ground_truth = files.text_column(record, "reward_model.ground_truth", where)
         if "</think>" not in ground_truth:
-            raise ValueError(f"{where}: column 'reward_model.ground_truth' has no '</think>' (ToolRL ground truths start with <think>...</think>)")
+            raise UserError(f"{where}: column 'reward_model.ground_truth' has no '</think>' (ToolRL ground truths start with <think>...</think>)")
         return Draft(key="", split_key="", messages=messages, ground_truth=ground_truth, tests=None, meta={})
 
     def demonstration(self, example, rng: random.Random) -> str:

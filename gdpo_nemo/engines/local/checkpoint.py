@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs import rundir
 
 
@@ -88,7 +89,7 @@ def load_weights(path, model) -> None:
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise UserError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
 def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Generator) -> dict:
@@ -100,7 +101,7 @@ def load_checkpoint(path, *, model, optimizer, scheduler, generator: torch.Gener
     state = torch.load(path / "state.pt", weights_only=False, map_location="cpu")
     sampled_on = state.get("generator_device", "cpu")
     if sampled_on != generator.device.type:
-        raise ValueError(f"checkpoint {path} was sampled on {sampled_on} and this run's gdpo.local.device resolves to"
+        raise UserError(f"checkpoint {path} was sampled on {sampled_on} and this run's gdpo.local.device resolves to"
                          f" {generator.device.type}: resume on a {sampled_on} device (the sampling RNG differs by device)")
     load_weights(path, model)
     optimizer.load_state_dict(state["optimizer"])

@@ -65,8 +65,8 @@ def _engine_problems(config: dict) -> list[str]:
 
 
 def engine_command(name: str) -> str:
-    """The command that runs configs of engine `name` (gdpo_nemo.engines.contract)."""
-    from gdpo_nemo.engines.contract import engine
+    """The command that runs configs of engine `name` (gdpo_nemo.config.engines)."""
+    from gdpo_nemo.config.engines import engine
 
     return f"`{engine(name).command}`"
 

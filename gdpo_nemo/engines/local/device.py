@@ -33,6 +33,7 @@ import warnings
 
 import torch
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs import cpu_pins
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -46,17 +47,17 @@ def resolve_device(name: str, key: str = "gdpo.local.device") -> torch.device:
     """``cpu`` | ``cuda`` | ``auto`` -> a torch.device; ValueError naming `key` when CUDA is
     asked for and torch sees none."""
     if name not in DEVICES:
-        raise ValueError(f"{key}={name!r}: expected one of {list(DEVICES)}")
+        raise UserError(f"{key}={name!r}: expected one of {list(DEVICES)}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{key}='cuda' but torch sees no CUDA device (torch {torch.__version__}): use 'cpu' or 'auto'")
+        raise UserError(f"{key}='cuda' but torch sees no CUDA device (torch {torch.__version__}): use 'cpu' or 'auto'")
     return torch.device(name)
 
 
 def weight_dtype(name: str, key: str = "gdpo.local.dtype") -> torch.dtype:
     if name not in WEIGHT_DTYPES:
-        raise ValueError(f"{key}={name!r}: expected one of {list(WEIGHT_DTYPES)}")
+        raise UserError(f"{key}={name!r}: expected one of {list(WEIGHT_DTYPES)}")
     return getattr(torch, name)
 
 
@@ -64,7 +65,7 @@ def autocast(device: torch.device, name: str | None, key: str = "gdpo.local.auto
     """A context manager running the forward passes in `name`'s dtype on `device` (a no-op
     context for null)."""
     if name not in AUTOCAST_DTYPES:
-        raise ValueError(f"{key}={name!r}: expected one of {list(AUTOCAST_DTYPES)}")
+        raise UserError(f"{key}={name!r}: expected one of {list(AUTOCAST_DTYPES)}")
     if name is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=getattr(torch, name))

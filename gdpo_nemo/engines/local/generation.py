@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
+
 
 @dataclass
 class Rollouts:
@@ -152,10 +154,10 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, group_
         `Rollouts` with N = M * G rows.
     """
     if not stop_token_ids:
-        raise ValueError("sample_completions needs at least one stop token id (the tokenizer's EOS)")
+        raise UserError("sample_completions needs at least one stop token id (the tokenizer's EOS)")
     device = prompt_ids.device
     if generator is not None and generator.device.type != device.type:
-        raise ValueError(f"generator is on {generator.device} but the prompts are on {device}: create it with"
+        raise UserError(f"generator is on {generator.device} but the prompts are on {device}: create it with"
                          f" torch.Generator(device={device.type!r}) (sampling draws on the model's device)")
     stop_ids = torch.tensor(sorted(set(int(i) for i in stop_token_ids)), device=device)
     prompts_per_chunk = max(1, (batch_size or prompt_ids.shape[0] * group_size) // group_size)

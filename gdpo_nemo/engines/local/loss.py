@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
+
 # NeMo RL's masked_mean adds this to every normalization factor.
 NORMALIZER_EPS = 1e-8
 
@@ -79,7 +81,7 @@ def kl_estimate(
     elif kl_type == "k3":
         kl = log_ratio.exp() - 1 - log_ratio
     else:
-        raise ValueError(f"loss_fn.reference_policy_kl_type={kl_type!r}: expected one of ['k1', 'k2', 'k3']")
+        raise UserError(f"loss_fn.reference_policy_kl_type={kl_type!r}: expected one of ['k1', 'k2', 'k3']")
     if weights is not None:
         kl = weights * kl
     if output_clamp is not None:
@@ -176,10 +178,10 @@ def _kl_penalty(logprobs: Tensor, reference_logprobs: Tensor | None, generation_
     if beta <= 0:
         return logprobs.new_zeros(())
     if reference_logprobs is None:
-        raise ValueError("loss_fn.reference_policy_kl_penalty > 0 needs reference_logprobs")
+        raise UserError("loss_fn.reference_policy_kl_penalty > 0 needs reference_logprobs")
     if config.use_on_policy_kl_approximation:
         if generation_logprobs is None:
-            raise ValueError("loss_fn.use_on_policy_kl_approximation needs generation_logprobs")
+            raise UserError("loss_fn.use_on_policy_kl_approximation needs generation_logprobs")
         weights = torch.exp(logprobs - generation_logprobs)
     else:
         weights = torch.exp(logprobs - logprobs.detach())

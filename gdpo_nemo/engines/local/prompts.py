@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gdpo_nemo.errors import UserError
+
 
 @dataclass
 class PromptSet:
@@ -91,7 +93,7 @@ def load_prompt_sets(config: dict, tokenizer, log=print) -> tuple[PromptSet, Pro
     train_set = tokenize_prompts(tokenizer, train, **kwargs)
     grpo = config["grpo"]
     if len(train_set) < grpo["num_prompts_per_step"]:
-        raise ValueError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
+        raise UserError(f"the train split has {len(train_set)} usable prompts, fewer than grpo.num_prompts_per_step="
                          f"{grpo['num_prompts_per_step']}")
     val_set = tokenize_prompts(tokenizer, validation, **kwargs) if validation is not None else None
     return train_set, val_set, reward_set
@@ -102,13 +104,14 @@ def load_examples(config: dict) -> tuple[list, list | None, object]:
     of `gdpo.task`, untokenized: cheap, so a runner checks every run's data with it before
     its warm starts. ValueError when the data cannot give what the config asks (a split with
     fewer distinct items than grpo.max_val_samples, a missing data file)."""
+    from gdpo_nemo.rewards import get_reward_set
     from gdpo_nemo.tasks import get_task
 
     gdpo, grpo, data = config["gdpo"], config["grpo"], config["data"]
     local = gdpo["local"]
     task = get_task(gdpo["task"], **local["task_options"])
-    reward_set = task.reward_set(gdpo["reward_components"], length_limit=gdpo["length_limit"],
-                                 conditioned_length=gdpo["conditioned_length"])
+    reward_set = get_reward_set(task.name, gdpo["reward_components"], length_limit=gdpo["length_limit"],
+                                conditioned_length=gdpo["conditioned_length"])
     seed = grpo["seed"]
 
     def load(split, limit):
@@ -116,7 +119,7 @@ def load_examples(config: dict) -> tuple[list, list | None, object]:
             section = data.get("train" if split == "train" else "validation") or {}
             path = section.get("data_path") if isinstance(section, dict) else None
             if not path:
-                raise ValueError(f"gdpo.local.data_source='file' needs data.{'train' if split == 'train' else 'validation'}.data_path")
+                raise UserError(f"gdpo.local.data_source='file' needs data.{'train' if split == 'train' else 'validation'}.data_path")
             return task.load(split, source="file", path=path, limit=limit)
         return task.load(split, source="offline", limit=limit, seed=seed)
 

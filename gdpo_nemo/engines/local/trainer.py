@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.engines.local import checkpoint as ckpt
 from gdpo_nemo.engines.local import device as dev
 from gdpo_nemo.engines.local.generation import Rollouts, sample_completions
@@ -252,7 +253,7 @@ def sample(state: TrainState, prompt_ids: torch.Tensor, prompt_mask: torch.Tenso
     policy, generation = state.config["policy"], state.config["policy"]["generation"]
     budget = policy["max_total_sequence_length"] - prompt_ids.shape[1]
     if budget < 1:
-        raise ValueError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
+        raise UserError(f"policy.max_total_sequence_length={policy['max_total_sequence_length']} leaves no room"
                          f" for a completion after a {prompt_ids.shape[1]}-token prompt")
     with state.autocast():
         return sample_completions(
@@ -372,14 +373,16 @@ def validate(state: TrainState, step: int) -> dict:
     grpo, generation = state.config["grpo"], state.config["policy"]["generation"]
     state.model.eval()
     k = grpo["val_num_generations_per_prompt"]
-    temperature = generation["val_temperature"] if generation["val_temperature"] is not None else generation["temperature"]
+    # A null val_* is the training value (NeMo RL's exemplar: val_temperature: ${.temperature}).
+    temperature, top_k, top_p = (generation[f"val_{name}"] if generation[f"val_{name}"] is not None else generation[name]
+                                 for name in ("temperature", "top_k", "top_p"))
     sampler = dev.sampling_generator(state.device, grpo["seed"] * 7919 + step + 1)
     rewards, lengths, shown = {}, [], 0
     batch = grpo["val_batch_size"]
     for start in range(0, len(state.val_set), batch):
         examples = state.val_set.examples[start:start + batch]
         ids, mask = left_pad(state.val_set.ids[start:start + batch], state.pad_id)
-        rollouts = sample(state, ids, mask, k, temperature, generation["val_top_k"], generation["val_top_p"], sampler)
+        rollouts = sample(state, ids, mask, k, temperature, top_k, top_p, sampler)
         repeated = [e for e in examples for _ in range(k)]
         scores, texts = score(state.reward_set, state.tokenizer, rollouts, repeated, log=state.log)
         for name, values in scores.items():

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import torch
 
-from gdpo_nemo.tasks import TASKS
+from gdpo_nemo.errors import UserError
+from gdpo_nemo.tasks import PerTask
 
 __all__ = [
     "PROCESSORS",
@@ -102,7 +103,7 @@ def build_datum(
     """
     expected = task_name_of(task)
     if datum.get("task_name") != expected:
-        raise ValueError(f"processor {expected!r} got a row of task_name {datum.get('task_name')!r}")
+        raise UserError(f"processor {expected!r} got a row of task_name {datum.get('task_name')!r}")
     messages = _messages(datum, getattr(task_data_spec, "system_prompt", None))
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     token_ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0].to(torch.long)
@@ -135,4 +136,4 @@ def processor_for(task: str):
 
 # NeMo RL processor name -> function, one per registered task (registered by plugin.register
 # with register_processor).
-PROCESSORS = {task_name_of(task): processor_for(task) for task in TASKS}
+PROCESSORS = PerTask(processor_for, key=task_name_of)  # read live: a task registered later is in it

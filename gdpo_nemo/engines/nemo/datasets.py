@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.engines.nemo.data import task_name_of, task_rows
 
 __all__ = ["TaskDataset"]
@@ -53,7 +54,7 @@ class TaskDataset(_raw_dataset_base()):
 
         rows = task_rows(task, split, source=source, data_path=data_path, limit=limit, seed=seed, task_options=task_options)
         if not rows:
-            raise ValueError(f"data: task {task!r} split {split!r} from {source} {data_path or ''} has no rows")
+            raise UserError(f"data: task {task!r} split {split!r} from {source} {data_path or ''} has no rows")
         self.task_name = task_name_of(task)
         self.dataset = Dataset.from_list(rows)
         self.val_dataset = None

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators import ESTIMATORS, compute_advantages
 from gdpo_nemo.estimators.collapse import distinct_advantage_groups
 from gdpo_nemo.config.settings import EstimatorSettings
@@ -81,7 +82,7 @@ def reward_components(batch: Mapping, expected: Sequence[str] | None = None) -> 
     """
     found = {key[len(REWARD_PREFIX):]: key for key in sorted(k for k in batch.keys() if isinstance(k, str) and k.startswith(REWARD_PREFIX))}
     if expected is not None and set(found) != set(expected):
-        raise ValueError(
+        raise UserError(
             f"the rollout batch has reward components {sorted(found)} but gdpo.reward_components is"
             f" {list(expected)}: the environment and the gdpo block disagree"
         )
@@ -108,7 +109,7 @@ class AdvantageEstimator:
         tokens (sets the output shape; token-level batch norm weights samples by it).
         """
         if repeated_batch is None:
-            raise ValueError("gdpo_nemo's estimator needs repeated_batch with the reward/<name> components")
+            raise UserError("gdpo_nemo's estimator needs repeated_batch with the reward/<name> components")
         components = reward_components(repeated_batch, self.settings.components)
         group_ids = group_ids_from_prompts(torch.as_tensor(prompt_ids).cpu())
         mask = torch.as_tensor(mask)
@@ -128,7 +129,7 @@ def create_estimator(master_config: Any, original: Callable[[Any], Any], setting
     gdpo = section(master_config, "gdpo")
     if not isinstance(gdpo, Mapping):
         if ours_only:
-            raise ValueError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
+            raise UserError(f"grpo.adv_estimator.name={name!r} is gdpo_nemo's and needs the run config's gdpo block")
         return original(master_config)
     computed_by = gdpo.get("computed_by")  # the composer's decision (config.derive.estimator_decision)
     if computed_by is None:  # a config the composer did not write: the same decision, made here once

@@ -13,7 +13,26 @@ tested with: tests/nemo_tier against main at the pin, tests/nemo_release against
 
 from __future__ import annotations
 
+import functools
 import inspect
+from typing import Callable
+
+# The attribute a hook carries: the NeMo RL function it wraps (`mark_hook`, `unwrapped`).
+HOOK_MARK = "__gdpo_nemo_hook__"
+
+
+def mark_hook(wrapper: Callable, original: Callable) -> Callable:
+    """`wrapper` made to look like `original` (name, docstring) and to carry it."""
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, HOOK_MARK, original)
+    return wrapper
+
+
+def unwrapped(fn: Callable) -> Callable:
+    """The function NeMo RL defines under `fn`, our hooks peeled off."""
+    while hasattr(fn, HOOK_MARK):
+        fn = getattr(fn, HOOK_MARK)
+    return fn
 
 # The NeMo RL versions the hooks are tested with (README, "NeMo RL versions").
 SUPPORTED = ("main at 7ea279ab (0.6.0 development, the pin)", "v0.7.0 (the release containers' version)")
@@ -61,8 +80,6 @@ def interface_problems() -> list[str]:
     function (empty: every hook fits)."""
     import importlib
 
-    from gdpo_nemo.engines.nemo.plugin import _unwrapped  # the function NeMo RL defines, not our wrapper
-
     problems = []
     for module_name, path, leading, required in EXPECTED:
         target = _resolve(importlib.import_module(module_name), path)
@@ -71,7 +88,7 @@ def interface_problems() -> list[str]:
                 problems.append(f"{module_name}.{path} is missing")
             continue
         try:
-            names = tuple(inspect.signature(_unwrapped(target)).parameters)
+            names = tuple(inspect.signature(unwrapped(target)).parameters)  # NeMo RL's, not our wrapper
         except (TypeError, ValueError):
             problems.append(f"{module_name}.{path} has no readable signature")
             continue

@@ -46,7 +46,6 @@ take the original function as an argument; tests/nemo_tier runs them inside NeMo
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -54,9 +53,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.config import ENV_NAMES
 from gdpo_nemo.engines.nemo.data import PROCESSORS
 from gdpo_nemo.engines.nemo.environment import ACTOR_FQN
+from gdpo_nemo.engines.nemo.interfaces import HOOK_MARK as _MARK
+from gdpo_nemo.engines.nemo.interfaces import mark_hook as _mark
+from gdpo_nemo.engines.nemo.interfaces import unwrapped as _unwrapped
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import create_estimator, reward_components
 from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, ValidationCollector, trained_batch_metrics
@@ -77,7 +80,6 @@ __all__ = [
     "pin_ray_address",
 ]
 
-_MARK = "__gdpo_nemo_hook__"
 
 
 @dataclass
@@ -110,12 +112,6 @@ class HookState:
         """Forget the step in progress (its batch is complete, or the trainer gave up)."""
         self.generated = []
         self.step_data_errors = None
-
-
-def _mark(wrapper: Callable, original: Callable) -> Callable:
-    functools.update_wrapper(wrapper, original)
-    setattr(wrapper, _MARK, original)
-    return wrapper
 
 
 def wrap_rollout(original: Callable, state: HookState) -> Callable:
@@ -323,7 +319,7 @@ def pin_ray_address(original: Callable) -> Callable:
 
         import ray
 
-        from gdpo_nemo.engines.nemo.run import reclaim_sigterm
+        from gdpo_nemo.engines.nemo.signals import reclaim_sigterm
 
         result = original(*args, **kwargs)
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
@@ -348,12 +344,6 @@ def watch_timeout(checker_cls: type, state: HookState) -> type:
     return WatchedTimeoutChecker
 
 
-def _unwrapped(fn: Callable) -> Callable:
-    while hasattr(fn, _MARK):
-        fn = getattr(fn, _MARK)
-    return fn
-
-
 def register_environments() -> None:
     """NeMo RL's env registry and actor-environment registry entries for our envs."""
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
@@ -364,7 +354,7 @@ def register_environments() -> None:
         if name not in ENV_REGISTRY:
             register_env(name, ACTOR_FQN)
         elif ENV_REGISTRY[name].get("actor_class_fqn") != ACTOR_FQN:
-            raise ValueError(f"NeMo RL env {name!r} is registered to {ENV_REGISTRY[name]!r}, not gdpo_nemo's actor")
+            raise UserError(f"NeMo RL env {name!r} is registered to {ENV_REGISTRY[name]!r}, not gdpo_nemo's actor")
     ACTOR_ENVIRONMENT_REGISTRY[ACTOR_FQN] = PY_EXECUTABLES.SYSTEM
 
 

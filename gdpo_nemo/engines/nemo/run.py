@@ -19,15 +19,14 @@ installed ``nemo_rl`` package.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import runpy
-import signal
 import sys
-import threading
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.config import ConfigError, load_config_file
+from gdpo_nemo.engines.nemo.signals import exit_on_sigterm
 from gdpo_nemo.runs import lifecycle, provenance, rundir
 
 __all__ = ["find_run_grpo", "launch", "load_nemo_config", "prepare_run_dir"]
@@ -61,48 +60,12 @@ def find_run_grpo(explicit: str | None = None) -> Path:
         if path.is_file():
             return path.resolve()
     if explicit:
-        raise ValueError(f"--run-grpo {explicit}: no such file")
+        raise UserError(f"--run-grpo {explicit}: no such file")
     looked = ", ".join(str(p) for p in candidates)
-    raise ValueError(
+    raise UserError(
         f"NeMo RL's examples/run_grpo.py not found (looked at {looked}); run from the NeMo RL checkout,"
         f" set {RUN_GRPO_ENV}, or pass --run-grpo"
     )
-
-
-_SIGTERM_ACTIVE: list = []  # non-empty inside `exit_on_sigterm`
-
-
-def _terminate(signum, frame):
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def exit_on_sigterm():
-    """Within the block, SIGTERM (Slurm's scancel, a requeue, a preemption: SIGKILL follows
-    after KillWait) raises SystemExit(143) in the main thread instead of ending the process
-    on the spot, so the `finally` blocks run: the metrics writer leaves out the step it was
-    in (a step cut short is not a step; every finished step is already in metrics.jsonl, before
-    its checkpoint is released), the W&B run ends failed and the run dir is marked FAILED, so
-    the next job resumes from the last finished step's checkpoint. Ray's driver installs its own SIGTERM
-    handler when it connects (it prints a trace and dies): `reclaim_sigterm` is called after
-    that. Outside the main thread, a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    _SIGTERM_ACTIVE.append(previous)
-    try:
-        yield
-    finally:
-        _SIGTERM_ACTIVE.pop()
-        signal.signal(signal.SIGTERM, previous)
-
-
-def reclaim_sigterm() -> None:
-    """Put `exit_on_sigterm`'s handler back (after Ray connected and replaced it); a no-op
-    outside that block or the main thread."""
-    if _SIGTERM_ACTIVE and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
 
 
 def nemo_rl_libraries() -> dict:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards import RewardDataError, get_reward_set
 
 __all__ = ["EnvSettings", "RewardScorer", "ScoreResult", "assistant_text", "load_token_counter", "REWARD_PREFIX"]
@@ -55,7 +56,7 @@ class EnvSettings:
 
         problems = key_walk.check_against_schema(dict(block), ENV_SCHEMA, where) or env_value_problems(block, where)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise UserError("; ".join(problems))
         return cls(
             task=block["task"],
             components=tuple(block["components"]),
@@ -88,7 +89,7 @@ def load_token_counter(name: str | None) -> Callable[[str], int] | None:
     if name is None:
         return None
     if name.startswith("builtin:"):
-        raise ValueError(
+        raise UserError(
             f"env tokenizer {name!r} is a local-engine built-in; NeMo RL environments load a hub name or"
             " a local tokenizer folder (or null to count ceil(chars / 4))"
         )
@@ -151,7 +152,7 @@ class RewardScorer:
         raises RewardDataError naming every such sample ("raise").
         """
         if len(message_logs) != len(metadata):
-            raise ValueError(f"{len(message_logs)} message logs but {len(metadata)} metadata entries")
+            raise UserError(f"{len(message_logs)} message logs but {len(metadata)} metadata entries")
         count = len(message_logs)
         if count == 0:
             return ScoreResult({key: [] for key in self.keys}, {})

@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from gdpo_nemo.errors import UserError
+
 __all__ = [
     "NEMO_RL_PYTHON_ENV",
     "check_config_file",
@@ -112,7 +114,7 @@ def find_nemo_rl_python(explicit: str | None = None) -> str | None:
     if chosen:
         if not (Path(chosen).is_file() and os.access(chosen, os.X_OK)):
             source = "--nemo-rl-python" if explicit else f"${NEMO_RL_PYTHON_ENV}"
-            raise ValueError(f"{source}={chosen!r} is not an executable Python; name NeMo RL's venv Python (…/bin/python)")
+            raise UserError(f"{source}={chosen!r} is not an executable Python; name NeMo RL's venv Python (…/bin/python)")
         return chosen
     return _IN_PROCESS if nemo_rl_importable() else None
 
@@ -147,7 +149,7 @@ def check_configs(configs: Mapping[str, Mapping], python: str) -> dict[str, list
         )
         if done.returncode != 0:
             tail = " ".join(done.stderr.strip().splitlines()[-3:])
-            raise ValueError(f"NeMo RL's config check could not run with {python}: {tail}")
+            raise UserError(f"NeMo RL's config check could not run with {python}: {tail}")
         verdicts = json.loads(done.stdout.strip().splitlines()[-1])
         return {name: verdicts[str(path)] for name, path in files.items()}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdpo_nemo.errors import UserError
+
 __all__ = ["MODELS", "check_model", "model_folder"]
 
 MODELS = ("tiny", "smollm2")
@@ -23,7 +25,7 @@ def check_model(name: str) -> None:
     """ValueError naming the accepted values unless `name` is one of `MODELS` or a folder
     holding a Hugging Face checkpoint (cheap: imports no torch)."""
     if name not in MODELS and not (Path(name).expanduser() / "config.json").is_file():
-        raise ValueError(f"--model {name!r}: expected one of {', '.join(MODELS)} or a local Hugging Face checkpoint folder")
+        raise UserError(f"--model {name!r}: expected one of {', '.join(MODELS)} or a local Hugging Face checkpoint folder")
 
 
 def model_folder(name: str, *, seed: int = 0, log=print) -> Path:

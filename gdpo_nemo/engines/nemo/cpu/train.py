@@ -76,7 +76,8 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
     from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
-    from gdpo_nemo.engines.nemo.run import end_job, prepare_run_dir, reclaim_sigterm
+    from gdpo_nemo.engines.nemo.run import end_job, prepare_run_dir
+    from gdpo_nemo.engines.nemo.signals import reclaim_sigterm
 
     started = time.perf_counter()
     digest = lifecycle.config_digest(config)  # before anything below touches it: what a resubmission compares
@@ -101,7 +102,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         cluster.start_ray()
     else:  # NeMo RL's memory tracker asks Ray for "the" address: name this one
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    reclaim_sigterm()  # Ray's driver took SIGTERM over (gdpo_nemo.engines.nemo.run.exit_on_sigterm)
+    reclaim_sigterm()  # Ray's driver took SIGTERM over (gdpo_nemo.engines.nemo.signals.exit_on_sigterm)
     policy = virtual_cluster = None
     completed = False
     task_to_env, val_task_to_env = {}, {}

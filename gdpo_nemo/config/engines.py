@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from gdpo_nemo.errors import UserError
+
 __all__ = ["ENGINES", "Engine", "engine", "register_engine"]
 
 
@@ -49,10 +51,10 @@ def register_engine(spec: Engine) -> Engine:
     """Add an engine (a third one, e.g. for TRL or verl: its module, its entry in the sweep's
     templates, and this call)."""
     if not spec.name or spec.name in ENGINES:
-        raise ValueError(f"engine {spec.name!r}: a new, non-empty name is needed")
+        raise UserError(f"engine {spec.name!r}: a new, non-empty name is needed")
     for which in ("load", "train"):
         if getattr(spec, which).count(":") != 1:
-            raise ValueError(f"engine {spec.name!r}: {which} must be 'module:function'")
+            raise UserError(f"engine {spec.name!r}: {which} must be 'module:function'")
     ENGINES[spec.name] = spec
     return spec
 
@@ -60,7 +62,7 @@ def register_engine(spec: Engine) -> Engine:
 def engine(name: str) -> Engine:
     """The engine called `name`; a ValueError naming the accepted ones."""
     if name not in ENGINES:
-        raise ValueError(f"engine {name!r} is not known: use one of {', '.join(ENGINES)}")
+        raise UserError(f"engine {name!r} is not known: use one of {', '.join(ENGINES)}")
     return ENGINES[name]
 
 
