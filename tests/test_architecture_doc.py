@@ -125,3 +125,13 @@ def test_config_and_sweep_import_no_engine():
     up = {(name, target) for name, targets in graph.items() for target in targets
           if name.startswith(("gdpo_nemo.config", "gdpo_nemo.sweep")) and target.startswith("gdpo_nemo.engines")}
     assert up == set()
+
+
+def test_the_repository_root_is_found_in_one_module():
+    # Issue 47: eight modules each computed it from their own depth in the package.
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"Path\(__file__\)\.resolve\(\)\.parents\[|gdpo_nemo\.__file__", line):
+                found.append(f"{path.relative_to(REPO)}:{number}")
+    assert found == ["gdpo_nemo/layout.py:14"], found

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 
 __all__ = ["NOTEBOOK_DIR", "NOTEBOOKS", "execute_notebook", "run_notebooks"]
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "analysis" / "notebooks"
+NOTEBOOK_DIR = REPO_ROOT / "analysis" / "notebooks"
 NOTEBOOKS = ("01_tables.ipynb", "02_curves.ipynb")
 
 

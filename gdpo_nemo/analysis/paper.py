@@ -9,8 +9,9 @@ from pathlib import Path
 import yaml
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 
-DEFAULT_PAPER_VALUES = Path(__file__).resolve().parents[2] / "paper_figures" / "paper_values.yaml"
+DEFAULT_PAPER_VALUES = REPO_ROOT / "paper_figures" / "paper_values.yaml"
 _LEVELS = ("model", "benchmark", "method")
 
 

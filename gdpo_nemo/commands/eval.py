@@ -22,13 +22,14 @@ from pathlib import Path
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import FAILED, key_value, report_error
+from gdpo_nemo.tasks import TASKS
 
 PAPER_DEFAULTS = {"samples": 16, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 32768, "exceed_limit": 4000}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `eval` flags (cheap: imports nothing heavy)."""
-    parser.add_argument("--task", required=True, choices=("toolcall", "math", "code"))
+    parser.add_argument("--task", required=True, choices=[name for name, task in TASKS.items() if task.evaluation])
     parser.add_argument("--model", required=True, help="builtin:smollm2-135m, a checkpoint dir, or a hub name")
     parser.add_argument("--benchmarks", nargs="+", default=None,
                         help="math: math aime amc minerva olympiad; code: apps codecontests codeforces taco;"
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     run_id = _run_id(out, args.run_id)
     files = _files(args.file)
     # bad options fail here, before a model is loaded
-    if args.task == "toolcall":
+    if TASKS[args.task].evaluation == "bfcl":
         from gdpo_nemo.evaluation import bfcl
 
         if args.ids and args.benchmarks:
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         if stray:
             raise UserError(f"--file {stray[0]}=...: not among the benchmarks to run ({', '.join(benchmarks)})")
     backend = make_backend(args.backend, args.model, seed=args.seed, device=args.device, batch_size=args.batch_size)
-    if args.task == "toolcall":
+    if TASKS[args.task].evaluation == "bfcl":
         try:
             results = bfcl.run_bfcl(backend, categories=args.benchmarks, ids=args.ids, out_dir=out, run_id=run_id,
                                     step=step, limit=args.limit, max_new_tokens=args.max_new_tokens or 1024,

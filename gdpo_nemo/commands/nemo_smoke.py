@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, parse_with_overrides, report_error
+from gdpo_nemo.layout import REPO_ROOT
 
 PROG = "gdpo-nemo nemo-smoke"
 INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
@@ -71,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _nemo_python() -> Path | None:
     """This checkout's .venv-nemo Python, when there is one."""
-    candidate = Path(__file__).resolve().parents[2] / ".venv-nemo" / "bin" / "python"
+    candidate = REPO_ROOT / ".venv-nemo" / "bin" / "python"
     return candidate if candidate.is_file() else None
 
 

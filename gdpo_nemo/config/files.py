@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Mapping
 
 from gdpo_nemo.config.errors import ConfigError
+from gdpo_nemo.layout import REPO_ROOT
 # The one serialization of a config, under the name this package's API has always used.
 from gdpo_nemo.runs.rundir import config_yaml as dump
 
 __all__ = ["REPO_ROOT", "config_dir", "dump", "experiments_dir", "read_config_file", "read_with_inheritance", "to_plain"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def config_dir() -> Path:

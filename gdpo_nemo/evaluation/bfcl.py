@@ -30,9 +30,9 @@ from pathlib import Path
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.evaluation import bfcl_format, metrics
+from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs import rundir
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = "gdpo-nemo"
 NON_LIVE = ("simple", "multiple", "parallel", "parallel_multiple", "java", "javascript", "irrelevance")
 LIVE = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance", "live_relevance")
@@ -51,7 +51,7 @@ WORKER_SILENCE_S = 1800
 def bfcl_python() -> Path:
     """The interpreter of the bfcl-eval virtualenv."""
     given = os.environ.get("GDPO_BFCL_PYTHON")
-    path = Path(given) if given else REPO / ".venv-bfcl" / "bin" / "python"
+    path = Path(given) if given else REPO_ROOT / ".venv-bfcl" / "bin" / "python"
     if not path.exists():
         raise UserError(f"BFCL needs the bfcl-eval virtualenv, not found at {path}: run `bash scripts/setup.sh --all` (or scripts/setup_bfcl.sh)"
                          " (or set GDPO_BFCL_PYTHON to a Python with bfcl-eval==2025.7.17)")
@@ -101,7 +101,7 @@ class _Worker:
         env = dict(os.environ, BFCL_PROJECT_ROOT=str(project), PYTHONPATH="")
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [str(python), str(Path(__file__).with_name("bfcl_worker.py")), "--repo", str(REPO),
+                [str(python), str(Path(__file__).with_name("bfcl_worker.py")), "--repo", str(REPO_ROOT),
                  "--project-root", str(project), *args, "--request-fd", str(requests_write), "--reply-fd", str(replies_read)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 pass_fds=(requests_write, replies_read))

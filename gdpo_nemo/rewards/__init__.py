@@ -102,6 +102,9 @@ class RewardSet:
         self.ranges = {name: tuple(spec.ranges[name]) for name in names}
         self.length_limit = length_limit
         self.conditioned_length = conditioned_length
+        # What each completion must come with, from the task's reward table (not its name).
+        self.needs_tests = spec.needs_tests
+        self.needs_ground_truth = spec.needs_ground_truth
 
     def __repr__(self) -> str:
         extra = f", length_limit={self.length_limit}, conditioned_length={self.conditioned_length}" if self.length_limit else ""

@@ -60,13 +60,13 @@ def _read_rows(stream) -> Iterator[tuple[int, dict | None, str | None]]:
         yield number, row, None
 
 
-def _row_problem(row: dict, task: str) -> str | None:
+def _row_problem(row: dict, needs_tests: bool) -> str | None:
     """What makes a parsed row unscorable, or None."""
     if "completion" not in row:
         return "missing 'completion'"
     if not isinstance(row["completion"], str):
         return f"'completion' must be a string, got {type(row['completion']).__name__}"
-    if task == "code":
+    if needs_tests:
         if "tests" not in row:
             return "missing 'tests'"
     elif "ground_truth" not in row:
@@ -91,7 +91,7 @@ class _Scorer:
                 [row["completion"] for row in rows],
                 [row.get("ground_truth") for row in rows],
                 num_tokens=[row.get("num_tokens") for row in rows],
-                tests=[row.get("tests") for row in rows] if self.reward_set.task == "code" else None,
+                tests=[row.get("tests") for row in rows] if self.reward_set.needs_tests else None,
             )
             return scores, {}
         except RewardDataError as err:
@@ -175,7 +175,6 @@ def score_file(reward_set, input_path: str, output_path: str, *, progress: bool 
         raise UserError(f"input file {input_path!r} does not exist")
     if output_path != "-" and input_path != "-" and _same_file(output_path, input_path):
         raise UserError(f"output {output_path!r} would overwrite the input; pass another -o")
-    task = reward_set.task
     scorer = _Scorer(reward_set)
     names = reward_set.names
     totals = {name: 0.0 for name in names}
@@ -207,7 +206,7 @@ def score_file(reward_set, input_path: str, output_path: str, *, progress: bool 
         pending: list[tuple[int, dict, str | None]] = []
         for number, row, problem in _read_rows(source):
             if problem is None:
-                problem = _row_problem(row, task)
+                problem = _row_problem(row, reward_set.needs_tests)
             pending.append((number, row, problem))
             if len(pending) >= CHUNK_ROWS:
                 flush(pending)

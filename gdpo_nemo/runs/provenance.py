@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs.rundir import PROVENANCE_FILE
 
 FILE = PROVENANCE_FILE  # gdpo_nemo.runs.rundir, which names every file of a run dir
@@ -37,7 +38,6 @@ FILE = PROVENANCE_FILE  # gdpo_nemo.runs.rundir, which names every file of a run
 LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "gguf")
 # Fields of a record that change numbers; `differences` compares these (dotted paths).
 NUMBER_FIELDS = ("code.commit", "code.dirty", "libraries", "numerics")
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
@@ -52,7 +52,7 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
 
 
 @functools.lru_cache(maxsize=None)
-def code_version(root: Path = PACKAGE_ROOT) -> dict:
+def code_version(root: Path = REPO_ROOT) -> dict:
     """{"commit": HEAD's sha, "dirty": tracked files differ from it, "package": version} of
     the checkout this package runs from; commit and dirty are None outside a git checkout."""
     from gdpo_nemo import __version__

@@ -16,9 +16,10 @@ from pathlib import Path
 import yaml
 
 from gdpo_nemo.config.engines import ENGINES as _ENGINE_REGISTRY
+from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.sweep.errors import SweepError
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
+PROFILE_DIR = REPO_ROOT / "slurm" / "profiles"
 ENGINES = _ENGINE_REGISTRY  # gdpo_nemo.config.engines, read live
 
 # key -> what it means; the ones in REQUIRED must be present (account may be null).

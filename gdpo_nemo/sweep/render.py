@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import ClusterProfile
 from gdpo_nemo.tasks import PerTask
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DIR = REPO_ROOT / "slurm" / "templates"
 NEMO_ENTRY_POINT = "gdpo_nemo.commands.nemo_run"
 NEMO_CPU_ENTRY_POINT = "gdpo_nemo.commands.nemo_smoke"

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.rundir import shown
 
@@ -64,8 +65,6 @@ SMOKE_OVERRIDES = (
     "++gdpo.local.warm_start.steps=1",
     "++gdpo.local.warm_start.batch_size=2",
 )
-# The checkout whose code every run of this command runs (first on the runs' PYTHONPATH).
-PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 # The engine's own process entry: `prepare CONFIG ...` (prepare_shared) and `train CONFIG
 # RUN_DIR`, each run in a process of its own.
 WORKER_MODULE = "gdpo_nemo.engines.local.worker"
@@ -237,7 +236,8 @@ def run_all(runs: list[LocalRun], jobs: int, *, out: Path, python: str = sys.exe
         return []
     env = dict(os.environ)
     env.setdefault("GDPO_NEMO_CACHE", str(cache or out / ".cache"))
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # the checkout whose code every run of this command runs, first on the runs' PYTHONPATH
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     # The distinct warm-starts are made before any run starts, `jobs` processes at a time
     # (the runs that share one go to the same process).
     log(f"preparing the shared model files and warm-starts of {len(pending)} run(s)")

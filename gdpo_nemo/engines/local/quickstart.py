@@ -27,7 +27,9 @@ import os
 import time
 from pathlib import Path
 
-QUICKSTART_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "local" / "quickstart_gsm8k.yaml"
+from gdpo_nemo.layout import REPO_ROOT
+
+QUICKSTART_CONFIG = REPO_ROOT / "configs" / "local" / "quickstart_gsm8k.yaml"
 ARMS = ("gdpo", "grpo")  # estimators; their labels come from the registry
 
 

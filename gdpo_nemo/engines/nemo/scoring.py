@@ -159,7 +159,7 @@ class RewardScorer:
         infos = [info or {} for info in metadata]
         completions = [assistant_text(log) for log in message_logs]
         ground_truths = [info.get("ground_truth") for info in infos]
-        tests = [info.get("tests") for info in infos] if self.settings.task == "code" else None
+        tests = [info.get("tests") for info in infos] if self.reward_set.needs_tests else None
         num_tokens = None
         if self.count_tokens is not None and "length" in self.reward_set.names:
             num_tokens = [self.count_tokens(text) for text in completions]

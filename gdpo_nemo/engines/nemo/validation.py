@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.layout import REPO_ROOT
 
 __all__ = [
     "NEMO_RL_PYTHON_ENV",
@@ -145,7 +146,7 @@ def check_configs(configs: Mapping[str, Mapping], python: str) -> dict[str, list
             [python, "-m", CHECK_MODULE, *map(str, files.values())],
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH")]))},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))},
         )
         if done.returncode != 0:
             tail = " ".join(done.stderr.strip().splitlines()[-3:])

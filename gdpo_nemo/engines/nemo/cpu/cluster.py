@@ -15,6 +15,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from gdpo_nemo.layout import REPO_ROOT
+
 __all__ = ["SEED_ENV", "THREADS_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray"]
 
 # What the CPU policy worker reads from its environment: set in the driver's environment,
@@ -28,9 +30,7 @@ def _code_paths() -> list[str]:
     """The folders our package and NeMo RL import from, for the workers' PYTHONPATH."""
     import nemo_rl
 
-    import gdpo_nemo
-
-    paths = [str(Path(gdpo_nemo.__file__).resolve().parents[1]), str(Path(nemo_rl.__file__).resolve().parents[1])]
+    paths = [str(REPO_ROOT), str(Path(nemo_rl.__file__).resolve().parents[1])]
     return list(dict.fromkeys(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 
