@@ -90,7 +90,7 @@ MUTANTS = [
     # this mutant's first form, now crashes the filter's construction: no longer the bug).
     Mutant("kill not filtered", "gdpo_nemo/sandbox/seccomp.py",
            '    code.append((_JEQ_K, "kill", 0, table["kill"]))\n', '',
-           ("tests/test_sandbox_round2.py",)),
+           ("tests/test_sandbox_hostile_driver.py",)),
     # engines and sweeps (the mutations issue 27 named)
     Mutant("warm start built but the base model trained", "gdpo_nemo/engines/local/trainer.py",
            "        model, tokenizer, start_weights = load_warm_start(config, log=log)\n",
