@@ -136,13 +136,14 @@ def run_trl(args, workdir: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from gdpo_nemo.engines.local.models import load_policy
+    from gdpo_nemo.rewards import get_reward_set
     from gdpo_nemo.tasks import get_task
 
     peak_memory_gib(args.device, reset=True)
     model, tokenizer = load_policy(args.model, seed=args.seed)
     model.to(args.device)
     task = get_task("gsm8k")
-    reward_set = task.reward_set()
+    reward_set = get_reward_set(task.name)
     examples = task.load("train", limit=args.prompts * args.steps, seed=args.seed)
     dataset = Dataset.from_list([{"prompt": e.messages, "ground_truth": e.ground_truth} for e in examples])
 

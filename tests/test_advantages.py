@@ -311,10 +311,17 @@ def test_gdpo_is_invariant_to_per_component_affine_rescaling(batch, data):
         scaled[name] = [scale * v + shift for v in values]
     ids = torch.tensor(group_ids)
     for estimator in ("gdpo", "gdpo_no_bn"):
-        for dtype in (torch.float64, torch.float32):
-            a = compute_advantages({k: torch.tensor(v, dtype=dtype) for k, v in rewards.items()}, ids, estimator, eps=0.0)
-            b = compute_advantages({k: torch.tensor(v, dtype=dtype) for k, v in scaled.items()}, ids, estimator, eps=0.0)
-            close(a, b.tolist(), tol=1e-3 if dtype == torch.float32 else 1e-4)
+        a = compute_advantages({k: torch.tensor(v, dtype=torch.float64) for k, v in rewards.items()}, ids, estimator, eps=0.0)
+        b = compute_advantages({k: torch.tensor(v, dtype=torch.float64) for k, v in scaled.items()}, ids, estimator, eps=0.0)
+        close(a, b.tolist(), tol=1e-4)
+        # In float32 the rescaled rewards are rounded: they are other rewards (components that
+        # cancel exactly in float64 may not in float32, and GDPO's batch norm then scales what
+        # is left, as NeMo RL's does). What holds: the container never changes the result of
+        # the values it holds (issue 48).
+        as32 = {k: torch.tensor(v, dtype=torch.float32) for k, v in scaled.items()}
+        c = compute_advantages(as32, ids, estimator, eps=0.0)
+        d = compute_advantages({k: v.double() for k, v in as32.items()}, ids, estimator, eps=0.0)
+        assert torch.equal(c, d), (c, d)
 
 
 @settings(max_examples=200, deadline=None)

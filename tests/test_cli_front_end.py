@@ -234,3 +234,23 @@ def test_every_error_our_checks_raise_is_a_user_error():
     allowed = ("gdpo_nemo/sandbox/protocol.py", "gdpo_nemo/sandbox/values.py", "gdpo_nemo/sandbox/worker.py",
                "gdpo_nemo/sandbox/_driver", "gdpo_nemo/evaluation/bfcl_worker.py")
     assert [p for p in plain if not p.startswith(allowed)] == []
+
+
+def test_notebooks_knows_every_kind_of_user_error():
+    # A notebook cell's error reaches `gdpo-nemo notebooks` by class name only; every UserError
+    # class the package defines must be told apart from a failure there.
+    import ast
+
+    from gdpo_nemo.commands.notebooks import _user_error_names
+
+    defined = {"UserError"}
+    grew = True
+    while grew:
+        grew = False
+        for path in sorted((REPO / "gdpo_nemo").rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and node.name not in defined and any(
+                        isinstance(base, ast.Name) and base.id in defined for base in node.bases):
+                    defined.add(node.name)
+                    grew = True
+    assert len(defined) > 5 and defined <= _user_error_names()
