@@ -110,10 +110,10 @@ def _group_statistics(
     else:
         if terms is None:
             bound = (shift + mean).abs()  # |the group mean|: max(|max|, |min|) >= it
+        elif len(terms) == 1:  # w x: its largest |w x| over the chunk
+            bound = abs(terms[0][1]) * float(terms[0][0].abs().max())
         else:  # sum_k |w_k| (max_k - min_k) over the chunk bounds every group's magnitude
             bound = sum(abs(w) * float(values.amax() - values.amin()) for values, w in terms if values.numel())
-            if len(terms) == 1:
-                bound = abs(terms[0][1]) * float(terms[0][0].abs().max())
         constant = torch.zeros_like(std, dtype=torch.bool)
         maybe = std <= 2 * tolerance * bound
     for k, values in enumerate(grouped):

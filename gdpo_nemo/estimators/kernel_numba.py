@@ -153,27 +153,24 @@ def weighted_sum(columns, weights, first, count, summed, magnitudes):
     rounds the sum (the general path's `relative_sums`, with another reference)."""
     size = summed.shape[1]
     single = len(columns) == 1
+    parts = np.empty(size)  # each sample's sum_k |w_k (x_k - first x_k)|, built beside its sum
     for j in range(count):
         row = summed[j]
-        for i in range(size):
-            row[i] = 0.0
         for k in range(len(columns)):
             values = columns[k][first + j]
             w = weights[k]
             reference = 0.0 if single else values[0]
-            if k == 0:
-                for i in range(size):
-                    row[i] = (values[i] - reference) * w
-            else:
-                for i in range(size):
-                    row[i] += (values[i] - reference) * w
+            for i in range(size):
+                term = (values[i] - reference) * w
+                if k == 0:
+                    row[i] = term
+                    parts[i] = abs(term)
+                else:
+                    row[i] += term
+                    parts[i] += abs(term)
         largest = 0.0
         for i in range(size):
-            part = 0.0
-            for k in range(len(columns)):
-                values = columns[k][first + j]
-                part += abs((values[i] - (0.0 if single else values[0])) * weights[k])
-            largest = max(largest, part)
+            largest = max(largest, parts[i])
         magnitudes[j] = largest
 
 
