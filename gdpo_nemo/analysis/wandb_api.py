@@ -19,6 +19,7 @@ from __future__ import annotations
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.analysis.frame import RunLog
 from gdpo_nemo.runs.run_id import RunId
+from gdpo_nemo.runs.tracking import wandb_server_problem
 
 _STATES = {"finished": "finished", "running": "unfinished", "crashed": "crashed", "failed": "crashed", "killed": "crashed"}
 
@@ -47,6 +48,9 @@ def load_wandb(path: str, problems: list, *, filters: dict | None = None, progre
         raise UserError(f"W&B source {path!r}: expected ENTITY/PROJECT")
     try:
         if api is None:
+            problem = wandb_server_problem(API_TIMEOUT_S)
+            if problem:
+                raise ConnectionError(problem)
             import wandb
 
             api = wandb.Api(timeout=API_TIMEOUT_S)

@@ -7,7 +7,8 @@ the source of truth the analysis reads; W&B mirrors it.
 W&B mode (`wandb_mode`):
 - ``online`` when ``WANDB_API_KEY`` is set (or ``WANDB_MODE=online``). When the server
   cannot be reached (compute nodes without a network), start-up gives up after
-  ONLINE_INIT_TIMEOUT_S (env ``GDPO_NEMO_WANDB_INIT_TIMEOUT``) and the run logs offline
+  ONLINE_INIT_TIMEOUT_S (env ``GDPO_NEMO_WANDB_INIT_TIMEOUT``; a server that refuses or does
+  not answer one plain request, `wandb_server_problem`, is known at once) and the run logs offline
   instead, saying so and how to upload it; with ``WANDB_MODE=online`` (the user asked for
   online only) it stops with one line instead (`WandbUnavailable`, a ValueError).
 - ``offline`` without a key: the run is written under ``<run_dir>/wandb/`` and can be
@@ -59,6 +60,27 @@ def online_init_timeout() -> float:
     return value if value > 0 else ONLINE_INIT_TIMEOUT_S
 
 
+def wandb_server_problem(timeout: float) -> str | None:
+    """Why W&B's server (``WANDB_BASE_URL``, else api.wandb.ai) does not answer one plain HTTP
+    request within `timeout` seconds, or None when it answers (any HTTP status counts).
+
+    Asked before W&B's own client is used online: that client retries a refused or silent
+    server through its service process for minutes, whatever timeout it is given, where this
+    answers in one connection attempt."""
+    import urllib.error
+    import urllib.request
+
+    base = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").strip().rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=max(0.5, timeout)):
+            return None
+    except urllib.error.HTTPError:
+        return None  # the server answered, with a status of its own
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", None) or err
+        return f"W&B server {base} does not answer: {reason}"
+
+
 def _going_offline(err: Exception, log) -> None:
     """An online W&B start-up failed with `err`: raise WandbUnavailable (one line) when
     WANDB_MODE=online asks for online only, else say that the run logs offline instead."""
@@ -84,6 +106,9 @@ def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
     mode = wandb_mode(enabled)
     if mode == "online":
         try:
+            problem = wandb_server_problem(online_init_timeout())
+            if problem:
+                raise ConnectionError(problem)
             import wandb
 
             wandb.Api(timeout=max(1, int(online_init_timeout()))).viewer  # noqa: B018 (the request is the check)
@@ -185,13 +210,18 @@ class Tracker:
             )
 
         if self.mode == "online":
-            try:
-                return start("online", init_timeout=online_init_timeout())
-            except Exception as err:  # CommError, UsageError (bad key), timeouts: all mean "not online"
-                _going_offline(err, self._log)
+            problem = wandb_server_problem(online_init_timeout())
+            if problem:
+                _going_offline(ConnectionError(problem), self._log)
                 self.mode = "offline"
-                # The failed start keeps the run id in W&B's service: start that afresh.
-                wandb.teardown()
+            else:
+                try:
+                    return start("online", init_timeout=online_init_timeout())
+                except Exception as err:  # CommError, UsageError (bad key), timeouts: all mean "not online"
+                    _going_offline(err, self._log)
+                    self.mode = "offline"
+                    # The failed start keeps the run id in W&B's service: start that afresh.
+                    wandb.teardown()
         run = start(self.mode)
         if self.mode == "offline":
             folder = Path(run.settings.sync_dir) if getattr(run.settings, "sync_dir", None) else self.wandb_dir
