@@ -7,6 +7,7 @@ shows (`wandb/`, `eval/`) and the repository's own folders (`configs/`) are not 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -135,3 +136,36 @@ def test_the_repository_root_is_found_in_one_module():
             if re.search(r"Path\(__file__\)\.resolve\(\)\.parents\[|gdpo_nemo\.__file__", line):
                 found.append(f"{path.relative_to(REPO)}:{number}")
     assert found == ["gdpo_nemo/layout.py:14"], found
+
+
+def _docstrings(tree) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                ids.add(id(first.value))
+    return ids
+
+
+def test_metric_keys_are_spelled_in_one_module():
+    # Issue 47: train/reward/*, adv/zero_std_frac/*, validation/*, timing/* were spelled by hand
+    # in 19 modules; every writer and reader now takes them from runs/metric_names.
+    spelled = re.compile(r"^(train|validation|timing)/|^adv/|^(train|validation)/reward")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative == "gdpo_nemo/runs/metric_names.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+                text = str(node.values[0].value)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                text = node.value
+            else:
+                continue
+            if spelled.match(text):
+                found.append(f"{relative}:{node.lineno}: {text!r}")
+    assert found == [], "\n".join(found)

@@ -103,9 +103,9 @@ def test_no_layer_starts_a_command_module_by_name():
              and name != "gdpo_nemo/cli.py" for node in ast.walk(tree)
              if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and re.fullmatch(r"gdpo_nemo\.commands(\.\w+)*", node.value)}
-    # The Slurm job scripts the sweep writes are users of the commands, as a person typing them is.
-    assert named == {("gdpo_nemo/sweep/render.py", "gdpo_nemo.commands.nemo_run"),
-                     ("gdpo_nemo/sweep/render.py", "gdpo_nemo.commands.nemo_smoke")}
+    # The Slurm jobs the nemo engine renders for the sweep are users of the commands, as a person typing them is.
+    assert named == {("gdpo_nemo/engines/nemo/engine.py", "gdpo_nemo.commands.nemo_run"),
+                     ("gdpo_nemo/engines/nemo/engine.py", "gdpo_nemo.commands.nemo_smoke")}
 
 
 def test_only_the_commands_have_a_main_block():

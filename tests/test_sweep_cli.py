@@ -91,6 +91,9 @@ def test_dry_run_of_smoke_on_the_local_profile_renders_local_engine_jobs(tmp_pat
         script = path.read_text()
         assert directives(script)["nodes"] == "1" and directives(script)["partition"] == "local"
         assert f"-m gdpo_nemo.cli train --config {tmp_path}/configs/{path.stem}.yaml" in script
+        # the job names its run dir itself, which is the config's logger.log_dir
+        config = yaml.safe_load((tmp_path / "configs" / f"{path.stem}.yaml").read_text())
+        assert f"RUN_DIR={config['logger']['log_dir']}" in script and config["logger"]["log_dir"].endswith(path.stem)
     assert "(local engine); nothing submitted" in out
 
 

@@ -14,7 +14,9 @@ import pytest
 
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.profiles import parse_profile
-from gdpo_nemo.sweep.render import REPO_ROOT, container_mounts, fill, nemo_command, render_script
+from gdpo_nemo.config.engines import ENGINES
+from gdpo_nemo.engines.nemo.engine import container_mounts, nemo_command
+from gdpo_nemo.sweep.render import REPO_ROOT, fill, render_script
 
 RUN = RunId("toolcall", "toolcall", "qwen2.5-1.5b", "gdpo", 3)
 WORKDIR = Path("/lustre/me/gdpo")  # where `gdpo-nemo sweep` ran
@@ -50,7 +52,7 @@ def render(engine, prof, **kw):
         nodes=prof.nodes if engine == "nemo" else 1,
         gpus_per_node=prof.gpus_per_node,
     )
-    return render_script(engine, **{**args, **kw})
+    return render_script(ENGINES[engine], **{**args, **kw})
 
 
 def directives(script):

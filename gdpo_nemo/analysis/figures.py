@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gdpo_nemo.analysis.frame import Dataset
+from gdpo_nemo.runs import metric_names as mn
 
 # Algos that are not a registered estimator with a style (e.g. "grpo_wlen0.5") get these,
 # by their place in the legend, with a dash-dot line.
@@ -197,13 +198,13 @@ def plot_reward_curves(dataset: Dataset, out_dir: Path, *, smooth: int | None = 
     """Per-reward training curves for every (experiment, task, model); returns written paths."""
     paths = []
     for (experiment, task, model), part in _groups(dataset):
-        names = [str(m) for m in part.metrics["metric"].unique() if str(m).startswith("train/reward/")]
-        components = _component_order(part.runs, [n.split("/", 2)[2] for n in names])
-        metrics = [f"train/reward/{c}" for c in components] + ["train/reward"]
+        names = mn.components((str(m) for m in part.metrics["metric"].unique()), mn.train(mn.REWARD))
+        components = _component_order(part.runs, names)
+        metrics = [mn.train(mn.reward(c)) for c in components] + [mn.train(mn.reward())]
         logged = set(part.metrics["metric"].unique())
         if not any(m in logged for m in metrics):
             continue
-        labels = {f"train/reward/{c}": f"{c} reward" for c in components} | {"train/reward": "total reward"}
+        labels = {mn.train(mn.reward(c)): f"{c} reward" for c in components} | {mn.train(mn.reward()): "total reward"}
         paths += plot_panels(part, metrics, out_dir / f"curves__{experiment}__{task}__{model}",
                              title=f"{experiment} / {task} / {model}: training rewards", smooth=smooth, ylabels=labels)
     return paths
@@ -214,13 +215,14 @@ def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = No
     paths = []
     for (experiment, task, model), part in _groups(dataset):
         present = [str(m) for m in part.metrics["metric"].unique()]
-        prefix = "train/adv/zero_std_frac/"
-        zero = [prefix + c for c in _component_order(part.runs, [m[len(prefix):] for m in present if m.startswith(prefix)])]
-        metrics = (["train/adv/distinct_groups"] if "train/adv/distinct_groups" in present else []) + zero
+        zero = [mn.train(mn.zero_std_frac(c))
+                for c in _component_order(part.runs, mn.components(present, mn.train(mn.ZERO_STD_FRAC)))]
+        distinct = mn.train(mn.DISTINCT_GROUPS)
+        metrics = ([distinct] if distinct in present else []) + zero
         if not metrics:
             continue
-        labels = {"train/adv/distinct_groups": "distinct advantage groups"} | {m: f"zero-std groups: {m.rsplit('/', 1)[1]}" for m in zero}
-        units = {"train/adv/distinct_groups": "groups with distinct\nadvantage tuples (count)"} | {
+        labels = {distinct: "distinct advantage groups"} | {m: f"zero-std groups: {m.rsplit('/', 1)[1]}" for m in zero}
+        units = {distinct: "groups with distinct\nadvantage tuples (count)"} | {
             m: "share of the batch's groups" for m in zero}
         paths += plot_panels(part, metrics, out_dir / f"advantage_groups__{experiment}__{task}__{model}",
                              title=f"{experiment} / {task} / {model}: advantage diagnostics", smooth=smooth, ylabels=labels,
@@ -228,8 +230,8 @@ def plot_diagnostics(dataset: Dataset, out_dir: Path, *, smooth: int | None = No
     return paths
 
 
-MECHANISM_COLLAPSE = "train/adv/collapsed_frac"
-MECHANISM_EXCEED = "train/exceed_rate"
+MECHANISM_COLLAPSE = mn.train(mn.COLLAPSED_FRAC)
+MECHANISM_EXCEED = mn.train(mn.EXCEED_RATE)
 
 
 def plot_mechanism(dataset: Dataset, out_dir: Path, *, smooth: int | None = None) -> list[Path]:
@@ -243,8 +245,8 @@ def plot_mechanism(dataset: Dataset, out_dir: Path, *, smooth: int | None = None
         present = {str(m) for m in part.metrics["metric"].unique()}
         if not {MECHANISM_COLLAPSE, MECHANISM_EXCEED} <= present:
             continue
-        names = [m.split("/", 2)[2] for m in present if m.startswith("train/reward/")]
-        outcome = [f"train/reward/{c}" for c in _component_order(part.runs, names) if c != "length"]
+        names = mn.components(sorted(present), mn.train(mn.REWARD))
+        outcome = [mn.train(mn.reward(c)) for c in _component_order(part.runs, names) if c != "length"]
         metrics = [MECHANISM_COLLAPSE, *outcome, MECHANISM_EXCEED]
         labels = {MECHANISM_COLLAPSE: "GRPO-collapsed groups", MECHANISM_EXCEED: "responses over the length limit"} | {
             m: f"{m.rsplit('/', 1)[1]} reward" for m in outcome}

@@ -26,6 +26,7 @@ import pandas as pd
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.run_id import RunId
+from gdpo_nemo.runs import metric_names as mn
 
 METRIC_COLUMNS = ["run_id", "experiment", "task", "model", "algo", "seed", "step", "metric", "value"]
 RUN_COLUMNS = [
@@ -203,7 +204,7 @@ def assemble(logs: list[RunLog], problems: list[tuple[str, str, str]] | None = N
         meta = run_metadata(run_id, config)
         if not meta["reward_components"]:
             # Config left the task's default set implicit: name the components the run logged.
-            logged = dict.fromkeys(m[len("train/reward/"):] for (_, m) in merged if m.startswith("train/reward/"))
+            logged = mn.components((m for (_, m) in merged), mn.train(mn.REWARD))
             meta["reward_components"], meta["num_rewards"] = ",".join(logged), len(logged)
         steps = [step for (step, metric) in merged if not metric.startswith("eval/")]
         run_rows.append({

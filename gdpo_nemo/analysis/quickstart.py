@@ -13,6 +13,7 @@ their metrics.jsonl records here:
 """
 
 from __future__ import annotations
+from gdpo_nemo.runs import metric_names as mn
 
 from pathlib import Path
 
@@ -58,11 +59,11 @@ def summary_table(histories: dict, names: list, seconds: dict, total: float) -> 
     ]
     for label, history in histories.items():
         cells = []
-        for key in [f"train/reward/{n}" for n in names] + ["train/reward"]:
+        for key in [mn.train(mn.reward(n)) for n in names] + [mn.train(mn.reward())]:
             _, values = _series(history, key)
             cells.append(f"{_window_mean(values, True):.3f} -> {_window_mean(values, False):.3f}")
-        zero = [sum(r[f"train/adv/zero_std_frac/{n}"] for n in names) / len(names) for r in history
-                if f"train/adv/zero_std_frac/{names[0]}" in r]
+        zero = [sum(r[mn.train(mn.zero_std_frac(n))] for n in names) / len(names) for r in history
+                if mn.train(mn.zero_std_frac(names[0])) in r]
         cells.append(f"{_window_mean(zero, True):.2f} -> {_window_mean(zero, False):.2f}")
         cells.append(f"{seconds[label] / 60:.1f} min")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -104,7 +105,7 @@ def curves_figure(histories: dict, names: list):
     columns = len(names) + 1
     fig, axes = plt.subplots(2, columns, figsize=(3.4 * columns, 6.0), sharex=True, squeeze=False)
     colors = {label: algo_style(label.lower(), index).color for index, label in enumerate(histories)}
-    panels = [(f"train/reward/{n}", n) for n in names] + [("train/reward", "sum of rewards")]
+    panels = [(mn.train(mn.reward(n)), n) for n in names] + [(mn.train(mn.reward()), "sum of rewards")]
     for column, (key, title) in enumerate(panels):
         ax = axes[0][column]
         for label, history in histories.items():
@@ -115,7 +116,7 @@ def curves_figure(histories: dict, names: list):
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"train reward (mean; {WINDOW}-step average bold)")
     axes[0][0].legend()
-    zero_panels = [(f"train/adv/zero_std_frac/{n}", n) for n in names]
+    zero_panels = [(mn.train(mn.zero_std_frac(n)), n) for n in names]
     for column, (key, title) in enumerate(zero_panels):
         ax = axes[1][column]
         for label, history in histories.items():
@@ -128,7 +129,7 @@ def curves_figure(histories: dict, names: list):
     axes[1][0].set_ylabel("share of groups")
     ax = axes[1][columns - 1]
     for label, history in histories.items():
-        steps, values = _series(history, "train/adv/distinct_groups")
+        steps, values = _series(history, mn.train(mn.DISTINCT_GROUPS))
         ax.plot(steps, _smooth(values), color=colors.get(label), linewidth=2, label=label)
     ax.set_title("distinct advantage groups")
     ax.set_xlabel("step")

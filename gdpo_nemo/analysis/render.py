@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from gdpo_nemo.analysis.tables import TableResult
+from gdpo_nemo.runs import metric_names as mn
 
 DASH = "—"
 
@@ -145,7 +146,8 @@ def summary_markdown(summary: pd.DataFrame, title: str = "Final values per metho
         return "\n".join(lines + ["No `train/reward*` or `validation/reward*` metrics in the source.", ""])
     for (experiment, task, model), group in summary.groupby(["experiment", "task", "model"]):
         metrics = sorted(group["metric"].unique(), key=_metric_order)
-        window = int(group.loc[group["metric"].str.startswith("train/"), "steps"].max()) if group["metric"].str.startswith("train/").any() else 1
+        trained = group["metric"].str.startswith(mn.train(""))
+        window = int(group.loc[trained, "steps"].max()) if trained.any() else 1
         lines += [f"**{experiment} / {task} / {model}**: mean ± std over runs [95 % t interval of the mean] n runs; "
                   f"`train/*` is each run's mean over its last {window} logged step(s), `validation/*` its last evaluation.", "",
                   "| Algo | " + " | ".join(f"`{m}`" for m in metrics) + " |", "|" + "---|" * (len(metrics) + 1)]
@@ -163,7 +165,7 @@ def summary_markdown(summary: pd.DataFrame, title: str = "Final values per metho
 
 
 def _metric_order(metric: str) -> tuple:
-    return (not metric.startswith("train/"), metric not in ("train/reward", "validation/reward"), metric)
+    return (not mn.is_split(metric, mn.TRAIN), metric not in (mn.train(mn.reward()), mn.validation(mn.reward())), metric)
 
 
 def _p(value: float) -> str:

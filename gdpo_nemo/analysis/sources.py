@@ -32,6 +32,7 @@ from gdpo_nemo.analysis.tfevents import read_scalars
 from gdpo_nemo.analysis.wandb_offline import chain_requeued_jobs, find_offline_runs, read_offline_run
 from gdpo_nemo.runs import provenance, rundir
 from gdpo_nemo.runs.run_id import RunId
+from gdpo_nemo.runs import metric_names as mn
 
 _TRAIN_DATA = re.compile(r"^train_data_step(\d+)\.jsonl$")
 _SKIP_DIRS = {*rundir.NON_RUN_DIRS, ".git", "__pycache__"}
@@ -160,10 +161,10 @@ def _train_data_means(path: Path, run_id: RunId, problems: list) -> dict[str, fl
                 bad += 1
                 continue
             for key, value in row.items():
-                if key in ("rewards", "reward"):
-                    metric = "train/reward"
-                elif key.startswith("reward/"):
-                    metric = f"train/{key}"
+                if key in ("rewards", mn.REWARD):
+                    metric = mn.train(mn.reward())
+                elif mn.component(key, mn.REWARD) is not None:
+                    metric = mn.train(key)
                 else:
                     continue
                 number = to_number(value)

@@ -30,6 +30,7 @@ from gdpo_nemo.estimators import estimator_info
 from gdpo_nemo.analysis.frame import Dataset
 from gdpo_nemo.analysis.paper import PaperValues
 from gdpo_nemo.analysis.stats import paired_comparison, summarize
+from gdpo_nemo.runs import metric_names as mn
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ _BFCL_COLUMNS = (
 )
 _MATH_BENCHMARKS = (("math", "MATH"), ("aime", "AIME"), ("amc", "AMC"), ("minerva", "Minerva"), ("olympiad", "Olympiad"))
 _MATH_COLUMNS = (Column("acc", "Acc", "eval/{benchmark}/acc"), Column("exceed", "Exceed", "eval/{benchmark}/exceed"))
-_HELDOUT_COLUMNS = (Column("acc", "Acc", "validation/reward/correctness"), Column("exceed", "Exceed", "validation/exceed_rate"))
+_HELDOUT_COLUMNS = (Column("acc", "Acc", mn.validation(mn.reward("correctness"))), Column("exceed", "Exceed", mn.validation(mn.EXCEED_RATE)))
 HELDOUT_METRICS = frozenset(column.metric for column in _HELDOUT_COLUMNS)
 
 TABLES: tuple[TableSpec, ...] = (
@@ -335,14 +336,14 @@ PAIRED_COLUMNS = [*GROUP, "metric", "algo", "baseline", "n", "seeds", "mean_diff
                   "t", "p_t", "p_sign_flip", "min_p_sign_flip", "mde", "unpaired"]
 
 
-EXCEED_METRICS = ("train/exceed_rate", "validation/exceed_rate")
+EXCEED_METRICS = (mn.train(mn.EXCEED_RATE), mn.validation(mn.EXCEED_RATE))
 
 
 def is_summary_metric(metric: str) -> bool:
     """The metrics the summary and the paired comparison read: ``train/reward*`` and
     ``validation/reward*`` (the total and each component), and the paper's Exceed
     (``train/exceed_rate``, ``validation/exceed_rate``: runs with a length reward)."""
-    return metric.startswith(("train/reward", "validation/reward")) or metric in EXCEED_METRICS
+    return metric.startswith((mn.train(mn.REWARD), mn.validation(mn.REWARD))) or metric in EXCEED_METRICS
 
 
 def metric_bounds(task: str, metric: str) -> tuple[float, float] | None:
@@ -352,13 +353,13 @@ def metric_bounds(task: str, metric: str) -> tuple[float, float] | None:
     a task or component the reward registry does not know."""
     from gdpo_nemo.rewards import task_rewards
 
-    for prefix in ("train/reward/", "validation/reward/"):
-        if metric.startswith(prefix):
+    for family in (mn.train(mn.REWARD), mn.validation(mn.REWARD)):
+        if mn.component(metric, family) is not None:
             try:
                 ranges = task_rewards(task).ranges
             except (KeyError, ValueError):
                 return None
-            bounds = ranges.get(metric[len(prefix):])
+            bounds = ranges.get(mn.component(metric, family))
             return None if bounds is None else (float(bounds[0]), float(bounds[1]))
     return (0.0, 1.0) if metric in EXCEED_METRICS else None
 
@@ -399,7 +400,7 @@ def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: b
     m = m.astype({c: str for c in ("run_id", "experiment", "task", "model", "algo", "metric")})
     rank = m.groupby(["run_id", "metric"])["step"].rank(ascending=False, method="first")
     count = m.groupby(["run_id", "metric"])["step"].transform("size")
-    width = np.where(m["metric"].str.startswith("train/"), np.maximum(1, np.ceil(count * window)), 1)
+    width = np.where(m["metric"].str.startswith(mn.train("")), np.maximum(1, np.ceil(count * window)), 1)
     keep = (rank <= width).to_numpy()
     tail = m[keep].assign(width=width[keep])
     out = tail.groupby([*GROUP, "algo", "seed", "run_id", "metric"], dropna=False).agg(

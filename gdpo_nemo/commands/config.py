@@ -99,10 +99,11 @@ def _show(args: argparse.Namespace) -> int:
         experiment=choices.get("experiment", "adhoc"),
         overrides=overrides,
     )
-    from gdpo_nemo.engines.nemo.validation import refuse_what_nemo_rl_refuses
+    from gdpo_nemo.config.engines import ENGINES
 
-    if config["gdpo"]["engine"] == "nemo":
-        refuse_what_nemo_rl_refuses({"config": config}, getattr(args, "nemo_rl_python", None))
+    check = ENGINES[config["gdpo"]["engine"]].native_check(getattr(args, "nemo_rl_python", None), name_each=False)
+    if check is not None:
+        check.run({"config": config})  # the engine's own check (NeMo RL's MasterConfig): a ConfigError names the key
     text = run_config.dump(config)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)  # a new folder is made, as --out's are

@@ -1,6 +1,6 @@
 """``python -m gdpo_nemo.commands.nemo_run --config CFG.yaml [--dry-run] [--run-grpo PATH]
 [overrides]``: one NeMo RL GRPO run of a gdpo_nemo run config, in this process (what the
-rendered Slurm jobs call, gdpo_nemo.sweep.render.NEMO_ENTRY_POINT; docs/nemo_rl.md).
+rendered Slurm jobs call, gdpo_nemo.engines.nemo.engine.NEMO_ENTRY_POINT; docs/nemo_rl.md).
 
 This module is the command: its flags, error lines and exit codes; what runs is
 gdpo_nemo.engines.nemo.run (load_nemo_config, find_run_grpo, launch)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, parse_with_overrides, report_error
 from gdpo_nemo.layout import REPO_ROOT
+from gdpo_nemo.runs import metric_names as mn
 
 PROG = "gdpo-nemo nemo-smoke"
 INTERMIXED_ARGS = True  # RUN.yaml, then overrides and flags in any order (gdpo_nemo.cli)
@@ -112,20 +113,22 @@ def _trained_steps(run_dir: Path) -> set:
 
     if not rundir.metrics_path(run_dir).exists():
         return set()
-    return {r["step"] for r in rundir.read_metrics(run_dir) if r.get("step", 0) > 0 and "train/loss" in r}
+    return {r["step"] for r in rundir.read_metrics(run_dir) if r.get("step", 0) > 0 and mn.train(mn.LOSS) in r}
 
 
 def _summary(run_dir: Path, out) -> None:
     from gdpo_nemo.runs import rundir
 
     records = rundir.read_metrics(run_dir)
-    keys = ("train/loss", "train/reward", "train/filtered_reward", "train/grad_norm", "timing/train/total_step_time")
-    families = ("train/reward/", "train/filtered_reward/", "validation/reward/")  # docs/interfaces.md
+    keys = (mn.train(mn.LOSS), mn.train(mn.REWARD), mn.train(mn.FILTERED_REWARD), mn.train(mn.GRAD_NORM),
+            mn.timing(mn.TRAIN, mn.TOTAL_STEP_TIME))
+    families = tuple(f"{family}/" for family in (mn.train(mn.REWARD), mn.train(mn.FILTERED_REWARD),
+                                                  mn.validation(mn.REWARD)))  # docs/interfaces.md
     components = sorted({k for r in records for k in r if k.startswith(families)},
                         key=lambda k: (next(i for i, f in enumerate(families) if k.startswith(f)), k))
     print("\nlogged metrics (metrics.jsonl, from NeMo RL's Logger):", file=out)
     for record in records:
-        shown = {k: record[k] for k in (*keys, *components, "validation/accuracy", "train/data_errors") if k in record}
+        shown = {k: record[k] for k in (*keys, *components, mn.validation(mn.ACCURACY), mn.train(mn.DATA_ERRORS)) if k in record}
         print(f"  step {record.get('step')}: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                                       for k, v in shown.items()), file=out)
     kept = [str(p.relative_to(run_dir)) for _, p in rundir.checkpoint_steps(rundir.checkpoints_dir(run_dir))]

@@ -27,19 +27,6 @@ def only_filters(items: list[str]) -> dict[str, set[str]]:
     return filters
 
 
-def nemo_rl_check(python: str | None):
-    """NeMo RL's own config check of the sweep's nemo-engine runs (the engine's
-    `refuse_what_nemo_rl_refuses`, with NeMo RL's Python `python` or the one found), in the
-    shape the sweep takes it (gdpo_nemo.sweep.actions.ConfigCheck)."""
-    from gdpo_nemo.engines.nemo.validation import NEMO_RL_PYTHON_ENV, refuse_what_nemo_rl_refuses
-    from gdpo_nemo.sweep.actions import ConfigCheck
-
-    return ConfigCheck(
-        run=lambda configs: refuse_what_nemo_rl_refuses(configs, python, name_each=True),
-        unchecked_note=f"run configs checked against gdpo_nemo's copy of NeMo RL's schema only; set ${NEMO_RL_PYTHON_ENV}"
-                       " (or --nemo-rl-python) to NeMo RL's venv Python to check them with NeMo RL's own MasterConfig too")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The sweep command's arguments (cheap: imports no torch)."""
     parser.add_argument("experiment", help="experiment name (experiments/<name>.yaml)")
@@ -87,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         filters = only_filters(args.only)
         if args.mode in ("dry-run", "submit"):
             return actions.render_and_submit(args.experiment, layout, args.cluster, filters, engine=args.engine,
-                                             with_eval=args.with_eval, nemo_rl_check=nemo_rl_check(args.nemo_rl_python),
+                                             with_eval=args.with_eval, native_python=args.nemo_rl_python,
                                              submit=args.mode == "submit")
         mode = actions.status if args.mode == "status" else actions.cancel
         return mode(args.experiment, layout, args.cluster, filters)

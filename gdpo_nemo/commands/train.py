@@ -11,6 +11,7 @@ The training is gdpo_nemo.engines.local.trainer.train; this module reads the fla
 """
 
 from __future__ import annotations
+from gdpo_nemo.runs import metric_names as mn
 
 import argparse
 from pathlib import Path
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     config, note = load_run_config(args.config, args.overrides)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config)
     result = train(config, run_dir, resume=args.resume, overwrite=args.overwrite, ignored_note=note)
-    summary = {k: v for k, v in result.last_metrics.items() if k.startswith(("train/reward", "validation/"))}
+    summary = {k: v for k, v in result.last_metrics.items() if k.startswith((mn.train(mn.REWARD), mn.validation("")))}
     ran = result.steps - result.started_from
     resumed = f", from the checkpoint of step {result.started_from}" if result.started_from else ""
     print(f"finished step {result.steps} ({ran} step{'s' if ran != 1 else ''} run now{resumed}) in "

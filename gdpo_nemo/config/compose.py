@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from gdpo_nemo.checks import is_int
-from gdpo_nemo.config.derive import derive, drop_unread_data_paths
+from gdpo_nemo.config.derive import derive, drop_unread_keys
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.files import config_dir, read_with_inheritance, to_plain
 from gdpo_nemo.config.identity import reconcile_algo
@@ -144,7 +144,7 @@ def compose(
     keep = [override_key(o) for o in overrides]
     reconcile_algo(config, keep, refuse=False)  # before derive: the run id names the dirs
     derive(config, keep=keep)
-    drop_unread_data_paths(config, keep=keep)
+    drop_unread_keys(config, keep=keep)
     validate(config)
     reconcile_algo(config, keep)
     return config

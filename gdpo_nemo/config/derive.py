@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from gdpo_nemo.checks import is_number
+from gdpo_nemo.config.engines import ENGINES
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import estimator_registry
 from gdpo_nemo.tasks import PerTask
@@ -31,7 +32,7 @@ __all__ = [
     "adv_estimator_for",
     "derive",
     "estimator_decision",
-    "drop_unread_data_paths",
+    "drop_unread_keys",
     "get_path",
     "needs_our_estimator",
     "our_env_blocks",
@@ -193,9 +194,9 @@ def derive(config: dict, keep: Iterable[str]) -> None:
     run_id = run_id_of(config)
     runs_root = Path(os.environ.get(RUNS_DIR_ENV, "runs"))
     run_dir = runs_root / run_id.name
-    # NeMo RL writes its logs into logger.log_dir itself: that is the run dir. The local
-    # engine's `gdpo-nemo train` puts a run in <logger.log_dir>/<run id>: there it is the root.
-    log_dir = run_dir if gdpo.get("engine") == "nemo" else runs_root
+    # What logger.log_dir names is the engine's: the run dir (NeMo RL writes its logs there
+    # itself) or the runs' root (`gdpo-nemo train` puts a run in <logger.log_dir>/<run id>).
+    log_dir = ENGINES[gdpo["engine"]].log_dir(run_dir, runs_root)
     values = {
         "grpo.adv_estimator": adv,
         "grpo.normalize_rewards": adv["normalize_rewards"],
@@ -212,28 +213,7 @@ def derive(config: dict, keep: Iterable[str]) -> None:
 
 
 
-def drop_unread_data_paths(config: dict, keep: Iterable[str]) -> None:
-    """Remove `data_path` from our dataset blocks whose source is "offline" (the task's
-    generated set reads no file) in a nemo-engine config, unless an override set it (then
-    validate refuses the pair).
-
-    NeMo RL types data_path NotRequired[str]: a null there is refused by its MasterConfig, and
-    a path with source offline is refused by our dataset; the task files' default path only
-    serves source "file".
-    """
-    if get_path(config, "gdpo.engine") != "nemo":
-        return  # the local engine reads data_path by gdpo.local.data_source, not data.*.source
-    keep = set(keep)
-    data = config.get("data") or {}
-    for split in ("train", "validation"):
-        blocks = data.get(split)
-        for block in blocks if isinstance(blocks, list) else [blocks]:
-            if (
-                isinstance(block, dict)
-                and block.get("dataset_name") == DATASET_CLASS
-                and block.get("source", "offline") == "offline"
-                and "data_path" in block
-                and f"data.{split}.data_path" not in keep
-            ):
-                del block["data_path"]
-
+def drop_unread_keys(config: dict, keep: Iterable[str]) -> None:
+    """Remove keys the config's engine would refuse and never reads, except those in `keep`
+    (set by an override: the checks then report them): `Engine.drop_unread_keys`."""
+    ENGINES[get_path(config, "gdpo.engine")].drop_unread_keys(config, set(keep))

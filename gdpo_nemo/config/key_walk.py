@@ -261,7 +261,7 @@ class _Walker:
         if engine not in ENGINES:
             raise UserError(f"engine {engine!r} is not one of {list(ENGINES)}")
         self.engine = engine
-        self.local = engine == "local"
+        self.local = ENGINES[engine].keys == "tree"  # the key tree's fates; "schema": NeMo RL's own
         self.problems: list[str] = []
         self.ignored: list[str] = []
 

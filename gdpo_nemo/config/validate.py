@@ -36,6 +36,7 @@ from gdpo_nemo.config.derive import (
     get_path,
     our_env_blocks,
 )
+from gdpo_nemo.config.engines import ENGINES
 from gdpo_nemo.config.errors import ConfigError
 from gdpo_nemo.config.settings import estimator_registry, multi_component_estimators
 from gdpo_nemo.estimators.options import AdvantageOptions
@@ -258,7 +259,7 @@ def _check_data_block(merged: Mapping, where: str, gdpo: Mapping, env: Mapping, 
         _check_dataset_block(merged, where, task, problems, engine=gdpo["engine"])
 
 
-def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str], engine: str = "nemo") -> None:
+def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[str], engine: str) -> None:
     if block.get("task") != task:
         problems.append(f"{where}.task: {block.get('task')!r} differs from gdpo.task={task!r}")
     source = block.get("source", "offline")
@@ -266,11 +267,7 @@ def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[s
         problems.append(f"{where}.source: {source!r} is not one of {list(DATA_SOURCES)}")
     if source == "file" and not block.get("data_path"):
         problems.append(f"{where}.data_path: missing; source 'file' reads a data file or folder")
-    if source == "offline" and "data_path" in block and engine == "nemo":
-        problems.append(
-            f"{where}.data_path: {block['data_path']!r} but source is 'offline' (the task's generated set reads"
-            " no file): remove data_path (~" + where + ".data_path) or set source: file"
-        )
+    problems += ENGINES[engine].dataset_block_problems(block, where)
     if block.get("split") not in ("train", "validation"):
         problems.append(f"{where}.split: {block.get('split')!r} is not one of ['train', 'validation']")
     if block.get("prompt_file"):
@@ -278,47 +275,7 @@ def _check_dataset_block(block: Mapping, where: str, task: str, problems: list[s
 
 
 def _check_engine(config: Mapping, problems: list[str]) -> None:
-    if config["gdpo"]["engine"] != "nemo":
-        return
-    model = get_path(config, "policy.model_name")
-    if isinstance(model, str) and model.startswith("builtin:"):
-        problems.append(f"policy.model_name: {model!r} is a local-engine model; NeMo RL needs a hub name or checkpoint path")
-    if get_path(config, "grpo.async_grpo.enabled"):
-        problems.append("grpo.async_grpo.enabled: true is not supported: gdpo_nemo's metric hooks wrap the synchronous trainer")
-    if (get_path(config, "data_plane") or {}).get("enabled"):
-        problems.append("data_plane.enabled: true is not supported: gdpo_nemo's hooks wrap the legacy synchronous trainer")
-    metric = get_path(config, "checkpointing.metric_name")
-    prefix, _, name = str(metric).partition(":")
-    if prefix in ("val", "train") and name.startswith("reward/"):
-        components = config["gdpo"]["reward_components"]
-        if name[len("reward/"):] not in components:
-            problems.append(
-                f"checkpointing.metric_name: {metric!r} names no reward component; gdpo_nemo logs"
-                f" {[f'{prefix}:reward/{c}' for c in components]}"
-            )
-    # Traps NeMo RL springs only at run time (the first checkpoint, the first step): refused here.
-    dtensor = get_path(config, "policy.dtensor_cfg") or {}
-    save_format = get_path(config, "checkpointing.model_save_format")
-    if dtensor.get("enabled") and dtensor.get("_v2") is False and save_format is not None:
-        problems.append(
-            f"checkpointing.model_save_format: {save_format!r} with policy.dtensor_cfg._v2: false; NeMo RL's v1 DTensor"
-            " worker saves torch DCP only and refuses any format at the first checkpoint: set"
-            " checkpointing.model_save_format=null, or policy.dtensor_cfg._v2=true (our configs' worker)"
-        )
-    if get_path(config, "grpo.use_dynamic_sampling") and not (get_path(config, "grpo.dynamic_sampling_max_gen_batches") or 0) >= 1:
-        problems.append("grpo.dynamic_sampling_max_gen_batches: must be at least 1 when grpo.use_dynamic_sampling is true"
-                        " (NeMo RL asserts it at the first step)")
-    multiplier = get_path(config, "grpo.batch_multiplier")
-    if multiplier not in (None, 1) and not get_path(config, "grpo.use_dynamic_sampling"):
-        problems.append(f"grpo.batch_multiplier: {multiplier!r} needs grpo.use_dynamic_sampling: true (NeMo RL asserts it in setup)")
-    logger = get_path(config, "logger") or {}
-    for backend in ("tensorboard", "wandb", "mlflow", "swanlab"):
-        if logger.get(f"{backend}_enabled") and not isinstance(logger.get(backend), Mapping):
-            problems.append(f"logger.{backend}: missing; NeMo RL's Logger reads it when logger.{backend}_enabled is true"
-                            f" (add {backend}: {{}})")
-    generation = get_path(config, "policy.generation") or {}
-    if generation.get("backend") == "vllm" and "vllm_cfg" not in generation:
-        problems.append("policy.generation.vllm_cfg: missing; backend 'vllm' needs it")
+    problems += ENGINES[config["gdpo"]["engine"]].config_problems(config)
 
 
 def validate(config: dict) -> None:
@@ -343,28 +300,15 @@ def validate(config: dict) -> None:
 def check_cluster_consistency(config: Mapping, nodes: int, gpus_per_node: int) -> None:
     """Check a run config against the Slurm request that will run it.
 
-    nemo engine: cluster.num_nodes must equal the request's --nodes and
-    cluster.gpus_per_node its GPUs per node (NeMo RL places workers from these numbers; a
-    mismatch hangs or idles the allocation). local engine: one process, so nodes must be 1.
-    Raises ConfigError naming the key and both numbers.
+    What must agree is the engine's (`Engine.cluster_problems`): on nemo, cluster.num_nodes
+    and cluster.gpus_per_node (NeMo RL places workers from these numbers; a mismatch hangs or
+    idles the allocation); on local, one process, so nodes must be 1. Raises ConfigError
+    naming the key and both numbers.
     """
     for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
         if not is_int(value) or value < 0:
             raise ConfigError(f"Slurm request {name}={value!r} must be a non-negative int")
-    engine = get_path(config, "gdpo.engine")
-    if engine == "local":
-        if nodes != 1:
-            raise ConfigError(f"gdpo.engine: the local engine runs one process on one node; the Slurm request has --nodes={nodes}")
-        return
-    problems = []
-    have_nodes = get_path(config, "cluster.num_nodes")
-    have_gpus = get_path(config, "cluster.gpus_per_node")
-    if have_nodes != nodes:
-        problems.append(f"cluster.num_nodes: {have_nodes!r} but the Slurm request has --nodes={nodes}; they must be equal")
-    if have_gpus != gpus_per_node:
-        problems.append(
-            f"cluster.gpus_per_node: {have_gpus!r} but the Slurm request gives {gpus_per_node} GPU(s) per node; they must be equal"
-        )
+    problems = ENGINES[get_path(config, "gdpo.engine")].cluster_problems(config, nodes, gpus_per_node)
     if problems:
         raise ConfigError(problems)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from gdpo_nemo.config.engines import ENGINES
 from gdpo_nemo.runs import rundir
 from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep import manifest as mf
@@ -49,44 +50,38 @@ def _latest_checkpoint(run_dir: Path) -> str | None:
 
 @dataclass(frozen=True)
 class ConfigCheck:
-    """A check of the nemo-engine run configs by NeMo RL's own code, which the command
-    builds from the engine (gdpo_nemo.engines.nemo.validation) and hands in, so that the
-    sweep never imports an engine. `run({name: config})`: True once checked, False when no
-    NeMo RL was found to ask; a ValueError (ConfigError) naming the run and the key when NeMo
-    RL refuses one. `unchecked_note`: what to print when it could not run."""
+    """A check of one engine's run configs by that engine's own code (`Engine.native_check`:
+    NeMo RL's MasterConfig for nemo), which the sweep gets through the engine registry and so
+    never imports an engine. `run({name: config})`: True once checked, False when the engine's
+    code was not found to ask; a ValueError (ConfigError) naming the run and the key when it
+    refuses one. `unchecked_note`: what to print when it could not run; `owner`: whose check."""
 
     run: Callable[[dict], bool]
     unchecked_note: str
+    owner: str = "NeMo RL"
 
 
 def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]], *,
-                      engine: str | None = None, with_eval: bool = False, nemo_rl_check: ConfigCheck | None = None,
-                      submit: bool = False) -> int:
+                      engine: str | None = None, with_eval: bool = False, native_checks: bool = True,
+                      native_python: str | None = None, submit: bool = False) -> int:
     """Plan every selected run of `experiment` on profile `cluster` (filters: {key: accepted
     values}, as `--only`), write its config and script into `layout` and print them
     (dry run), or submit what needs it (`submit`; see manifest.submit_action). engine:
     "nemo"/"local" for every run, None for each run's own; with_eval: an evaluation job per
-    run; nemo_rl_check: NeMo RL's own config check (None: not run). Exit code 0."""
+    run; native_checks: each engine's own check of its runs' configs (`Engine.native_check`:
+    NeMo RL's for nemo), with `native_python` (that engine's Python; None: found). Exit code 0."""
     profile = _profile(cluster, "submit" if submit else "dry-run")
     plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
-    if "nemo" in engines and profile.nemo_cpu is not None:  # --dry-run checks it as --submit does
-        model = dict(profile.nemo_cpu)["model"]
-        if model not in ("tiny", "smollm2") and not Path(str(model)).is_dir():
-            raise SweepError(f"profile {profile.name!r} ({profile.path}): nemo_cpu.model {model!r} is not tiny, smollm2"
-                             " or a model folder on this machine (the jobs load it from the same path)")
-    elif submit and "nemo" in engines and not (Path(str(profile.nemo_rl_dir)) / "ray.sub").is_file():
-        raise SweepError(
-            f"profile {profile.name!r}: nemo_rl_dir {profile.nemo_rl_dir} has no ray.sub;"
-            " point nemo_rl_dir at a NeMo RL checkout (github.com/NVIDIA-NeMo/RL)"
-        )
+    for name in sorted({plan.engine for plan in plans}):
+        profile.check_engine(name, submit=submit)
     if submit:
         slurm.require("sbatch", "squeue", action="--submit")
         unset = [name for name in profile.env if name not in os.environ]
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
-    nemo_rl_checked = _check_with_nemo_rl(plans, nemo_rl_check)  # slowest: last
+    unchecked = _check_natively(plans, native_python) if native_checks else []  # slowest: last
     evals = _eval_scripts(plans, profile, layout) if with_eval else {}
     placeholders = placeholder_values(profile)
     if submit and placeholders:
@@ -109,7 +104,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
                 print(f"==> {evals[plan.name][0]} <==\n{evals[plan.name][1]}")
         print(f"{len(plans)} run(s) of {experiment} rendered into {layout.root} for profile"
               f" {profile.name!r} ({engines} engine); nothing submitted (use --submit)")
-        _note_unchecked(nemo_rl_checked, nemo_rl_check)
+        _note_unchecked(unchecked)
         return 0
     layout.root.mkdir(parents=True, exist_ok=True)
     with mf.locked(layout.root):
@@ -118,7 +113,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
         _write(plans, layout, manifest)
         # sbatch runs here: ray.sub starts its containers in the submit dir, like the jobs' --chdir
         code = _submit(manifest, plans, cwd=Path.cwd(), evals=evals)
-    _note_unchecked(nemo_rl_checked, nemo_rl_check)
+    _note_unchecked(unchecked)
     return code
 
 
@@ -154,25 +149,28 @@ def runs_table(plans: list[RunPlan], root: Path) -> str:
     return "\n".join("  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
-def _check_with_nemo_rl(plans: list[RunPlan], check: ConfigCheck | None) -> bool | None:
-    """Refuse the sweep when NeMo RL's own config check refuses a nemo-engine run (its message
-    names the run and the key). True: checked; False: no NeMo RL found to ask (or no check
-    given); None: no nemo-engine run."""
+def _check_natively(plans: list[RunPlan], python: str | None) -> list[ConfigCheck]:
+    """Refuse the sweep when an engine's own config check refuses one of its runs (its message
+    names the run and the key). Returns the checks that found no code of their engine to ask."""
     import yaml
 
-    nemo = {plan.name: yaml.safe_load(plan.config_text) for plan in plans if plan.engine == "nemo"}
-    if not nemo:
-        return None
-    if check is None:
-        return False
-    try:
-        return check.run(nemo)
-    except ValueError as err:
-        raise SweepError(f"NeMo RL's own config check refuses this sweep ({len(nemo)} nemo-engine run(s) checked): {err}") from None
+    unchecked = []
+    for name in sorted({plan.engine for plan in plans}):
+        check = ENGINES[name].native_check(python)
+        if check is None:
+            continue
+        configs = {plan.name: yaml.safe_load(plan.config_text) for plan in plans if plan.engine == name}
+        try:
+            if not check.run(configs):
+                unchecked.append(check)
+        except ValueError as err:
+            raise SweepError(f"{check.owner}'s own config check refuses this sweep ({len(configs)} {name}-engine run(s)"
+                             f" checked): {err}") from None
+    return unchecked
 
 
-def _note_unchecked(nemo_rl_checked: bool | None, check: ConfigCheck | None) -> None:
-    if nemo_rl_checked is False and check is not None:
+def _note_unchecked(unchecked: list[ConfigCheck]) -> None:
+    for check in unchecked:
         print(f"gdpo-nemo sweep: note: {check.unchecked_note}", file=sys.stderr)
 
 
@@ -180,11 +178,12 @@ def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLa
     """{run name: (path, text)} of the evaluation job of each run (`--with-eval`), written now."""
     from gdpo_nemo.sweep.render import EVAL_TASKS, render_eval_script
 
-    nemo = [plan.name for plan in plans if plan.engine != "local"]
-    if nemo:
-        raise SweepError(f"--with-eval attaches evaluation jobs to local-engine runs only, and {nemo[0]}"
-                         f" ({len(nemo)} run(s)) runs on NeMo RL: convert its checkpoints to HF and run"
-                         " `gdpo-nemo eval --backend vllm` on them (docs/eval.md)")
+    without = [plan for plan in plans if not ENGINES[plan.engine].evaluation_jobs]
+    if without:
+        with_jobs = [name for name in ENGINES if ENGINES[name].evaluation_jobs]
+        raise SweepError(f"--with-eval attaches evaluation jobs to {'/'.join(with_jobs)}-engine runs only, and"
+                         f" {without[0].name} ({len(without)} run(s)) runs on the {without[0].engine} engine: convert its"
+                         " checkpoints to HF and run `gdpo-nemo eval --backend vllm` on them (docs/eval.md)")
     no_eval = [plan for plan in plans if plan.run_id.task not in EVAL_TASKS]
     if no_eval:
         tasks = ", ".join(sorted({plan.run_id.task for plan in no_eval}))
@@ -193,7 +192,7 @@ def _eval_scripts(plans: list[RunPlan], profile: ClusterProfile, layout: SweepLa
     scripts = {}
     for plan in plans:
         path = plan.script_path.with_name(f"{plan.name}.eval.sbatch")
-        text = render_eval_script(run_id=plan.run_id, profile=profile, run_dir=plan.run_dir,
+        text = render_eval_script(ENGINES[plan.engine], run_id=plan.run_id, profile=profile, run_dir=plan.run_dir,
                                   log_path=layout.root / "logs" / f"{plan.name}.eval-%j.out", workdir=Path.cwd())
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_text() != text:

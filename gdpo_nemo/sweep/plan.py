@@ -23,6 +23,7 @@ from gdpo_nemo.runs.run_id import RunId
 from gdpo_nemo.sweep.errors import SweepError
 from gdpo_nemo.sweep.profiles import ClusterProfile
 from gdpo_nemo.sweep.render import render_script
+from gdpo_nemo.config.engines import ENGINES
 
 # What `--only KEY=VALUE` may filter on (gdpo-nemo sweep and engines.local.parallel).
 FILTER_KEYS = ("run", "task", "model", "algo", "seed")
@@ -92,7 +93,9 @@ def select(run_ids: list[RunId], filters: dict[str, set[str]]) -> list[RunId]:
 
 
 def place_run(config: dict, run_id: RunId, run_dir: Path) -> None:
-    """Point a composed run config at its run dir and name its W&B run and group after the run id."""
+    """Point a composed run config at its run dir and name its W&B run and group after the run id
+    (``logger.log_dir`` is the run dir here on every engine: the jobs and the study runner give
+    the local engine its run dir explicitly, and committed run configs hold that value)."""
     config["logger"]["log_dir"] = str(run_dir)
     wandb = config["logger"].setdefault("wandb", {})
     # NeMo RL passes logger.wandb to wandb.init as keyword arguments, group included
@@ -147,10 +150,9 @@ def plan_sweep(
             place_run(config, run_id, run_dir)
             run_config.validate(config)
             run_engine = config["gdpo"]["engine"]
-            if run_engine == "nemo" and profile.nemo_cpu is not None:
-                nodes = 1  # one node's CPU; the CPU path sets the config's cluster to 1 x 1 itself
-            else:
-                nodes = (profile.nodes or config["cluster"]["num_nodes"]) if run_engine == "nemo" else 1
+            job_engine = ENGINES[run_engine]
+            nodes = job_engine.job_nodes(profile, config)
+            if job_engine.cluster_checked(profile):
                 run_config.check_cluster_consistency(config, nodes, profile.gpus_per_node)
         except run_config.ConfigError as err:
             raise SweepError(f"{where}: {err}") from None
@@ -161,7 +163,7 @@ def plan_sweep(
                 " (gdpo.experiment/task/model_tag/algo, grpo.seed); the experiment and config composer disagree"
             )
         script = render_script(
-            run_engine,
+            job_engine,
             run_id=run_id,
             profile=profile,
             run_dir=run_dir,

@@ -61,15 +61,6 @@ NEMO_CPU_KEYS: dict[str, tuple[type, object]] = {
     "wandb": (bool, True),
 }
 REQUIRED = ("account", "partition", "time", "gpus_per_node")
-NEMO_REQUIRED = ("container", "nemo_rl_dir")
-
-# NGC's NeMo RL release images: a release older than the pinned commit's own version (0.6.0
-# on main at 7ea279ab, the commit gdpo_nemo/config/nemo_keys.py was read from) cannot hold that commit's
-# environment (Python >= 3.13.14, torch 2.11.0, ray >= 2.55.1; v0.4.0 has Python 3.12,
-# torch 2.7.1, ray 2.46, vLLM 0.10), and `uv run` would have to re-sync it on a compute node.
-_NGC_RELEASE = re.compile(r"nemo-rl:v?(\d+)\.(\d+)(?:\.(\d+))?")
-PINNED_NEMO_RL_VERSION = (0, 6, 0)
-
 _TIME = re.compile(r"^(\d+-\d{1,2}(:\d{2}){0,2}|\d+(:\d{2}){0,2})$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -107,26 +98,15 @@ class ClusterProfile:
             return self.gres
         return f"gpu:{self.gpus_per_node}" if self.gpus_per_node > 0 else None
 
-    def check_engine(self, engine: str) -> None:
-        """Raise SweepError if this profile lacks what `engine` needs (container, NeMo RL checkout)."""
+    def check_engine(self, engine: str, *, submit: bool = False) -> None:
+        """Raise SweepError if this profile lacks what `engine` needs (`Engine.profile_problems`:
+        for nemo, a container and NeMo RL checkout, or the CPU path's model); `submit`: also
+        what only a submission needs on this machine."""
         if engine not in ENGINES:
             raise SweepError(f"engine {engine!r} is not known: use one of {', '.join(ENGINES)}")
-        if engine == "nemo" and self.nemo_cpu is None:
-            missing = [key for key in NEMO_REQUIRED if not getattr(self, key)]
-            if missing:
-                raise SweepError(
-                    f"profile {self.name!r} ({self.path}) lacks {', '.join(missing)}, which the nemo engine needs"
-                    " (NeMo RL's ray.sub runs in a container from the NeMo RL checkout); add them or use --engine local"
-                )
-            release = _NGC_RELEASE.search(str(self.container))
-            if release and tuple(int(part or 0) for part in release.groups()) < PINNED_NEMO_RL_VERSION:
-                raise SweepError(
-                    f"profile {self.name!r} ({self.path}): container {self.container!r} is NeMo RL release"
-                    f" {'.'.join(part for part in release.groups() if part)}, older than the pinned commit"
-                    " (7ea279ab, version 0.6.0 on main: Python >= 3.13.14, torch 2.11.0, ray >= 2.55.1), so our"
-                    " plugin would run on another NeMo RL; build the image from the pinned commit's docker/Dockerfile"
-                    " (docs/nemo_rl.md, section 1) and name it in `container`"
-                )
+        problems = ENGINES[engine].profile_problems(self, submit=submit)
+        if problems:
+            raise SweepError("; ".join(problems))
 
 
 def list_profiles(profile_dir: Path = PROFILE_DIR) -> dict[str, str]:

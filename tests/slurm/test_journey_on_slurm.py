@@ -131,7 +131,7 @@ def journey(slurm_cluster, tmp_path_factory) -> Journey:
         outputs["submit"] = _sweep(sweep_dir, profile_path, "--submit")
         # The run to cancel, uninterrupted, beside the sweep: the job's own command, another run dir.
         from gdpo_nemo.sweep.profiles import load_profile
-        from gdpo_nemo.sweep.render import nemo_cpu_command
+        from gdpo_nemo.engines.nemo.engine import nemo_cpu_command
 
         reference_dir = root / "uninterrupted"
         command = nemo_cpu_command(load_profile(str(profile_path)), sweep_dir / "configs" / f"{REQUEUED}.yaml",

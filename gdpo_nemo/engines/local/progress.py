@@ -2,6 +2,7 @@
 line per step, each with the step's mean reward components and seconds per step."""
 
 from __future__ import annotations
+from gdpo_nemo.runs import metric_names as mn
 
 
 class _StepLines:
@@ -35,7 +36,7 @@ def progress_bar(total: int, done: int, enabled: bool, log=print):
 def postfix(metrics: dict, names) -> str:
     """The progress text of a step's metrics record: each reward component `names` mean,
     then the step's wall seconds ("format=1.00 correctness=0.25 3.2s/step")."""
-    parts = [f"{name}={metrics.get(f'train/reward/{name}', float('nan')):.2f}" for name in names]
-    parts.append(f"{metrics.get('timing/train/total_step_time', 0.0):.1f}s/step")
+    parts = [f"{name}={metrics.get(mn.train(mn.reward(name)), float('nan')):.2f}" for name in names]
+    parts.append(f"{metrics.get(mn.timing(mn.TRAIN, mn.TOTAL_STEP_TIME), 0.0):.1f}s/step")
     return " ".join(parts)
 

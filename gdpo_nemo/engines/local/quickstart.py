@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from gdpo_nemo.layout import REPO_ROOT
+from gdpo_nemo.runs import metric_names as mn
 
 QUICKSTART_CONFIG = REPO_ROOT / "configs" / "local" / "quickstart_gsm8k.yaml"
 ARMS = ("gdpo", "grpo")  # estimators; their labels come from the registry
@@ -121,10 +122,10 @@ def train_arms(config_path, out: Path, steps: int | None) -> tuple[dict, dict, l
         raise RuntimeError("; ".join(f"the {label} run failed: the end of {run.log_path} says why"
                                      for label, run in arms.items() if run in failed))
     histories = {label: rundir.read_metrics(run.run_dir) for label, run in arms.items()}
-    seconds = {label: sum(r.get("timing/train/total_step_time", 0.0) for r in history)
+    seconds = {label: sum(r.get(mn.timing(mn.TRAIN, mn.TOTAL_STEP_TIME), 0.0) for r in history)
                for label, history in histories.items()}
     if not names:
-        names = [k.split("/", 2)[2] for k in histories[next(iter(histories))][0] if k.startswith("train/reward/")]
+        names = mn.components(histories[next(iter(histories))][0], mn.train(mn.REWARD))
     return histories, seconds, names
 
 

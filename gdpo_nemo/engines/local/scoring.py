@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from gdpo_nemo.engines.local.generation import Rollouts
+from gdpo_nemo.runs import metric_names as mn
 
 
 def score(reward_set, tokenizer, rollouts: Rollouts, examples: list, log=print) -> tuple[dict, list]:
@@ -46,6 +47,6 @@ def reward_metrics(rewards: dict, prefix: str) -> dict:
     """`<prefix>/reward` (mean of the component sum, NeMo RL's total_reward) and
     `<prefix>/reward/<name>` (mean of each component)."""
     total = torch.stack(list(rewards.values())).sum(0)
-    metrics = {f"{prefix}/reward": float(total.mean())}
-    metrics.update({f"{prefix}/reward/{name}": float(values.mean()) for name, values in rewards.items()})
+    metrics = {mn.key(prefix, mn.reward()): float(total.mean())}
+    metrics.update({mn.key(prefix, mn.reward(name)): float(values.mean()) for name, values in rewards.items()})
     return metrics

@@ -48,6 +48,7 @@ from gdpo_nemo.engines.local.generation import Rollouts, sample_completions
 from gdpo_nemo.engines.local.loss import LossConfig
 from gdpo_nemo.engines.local.optimizer import build_optimizer, build_scheduler
 from gdpo_nemo.engines.local.policy_update import UPDATE_METRICS, reference_policy_logprobs, update_policy
+from gdpo_nemo.runs import metric_names as mn
 from gdpo_nemo.engines.local.progress import postfix, progress_bar
 from gdpo_nemo.engines.local.prompts import DataOrder, PromptSet, left_pad, load_prompt_sets
 from gdpo_nemo.engines.local.scoring import advantages_for, reward_metrics, score
@@ -319,25 +320,25 @@ def step_metrics(state: TrainState, rollouts: Rollouts, rewards: dict, group_ids
     token_advantages = advantages[:, None].expand_as(completion_mask)[completion_mask.bool()]
     has_tokens = token_advantages.numel() > 0
     return {
-        **reward_metrics(rewards, "train"),
-        **{f"train/{key}": update[key] for key in UPDATE_METRICS},
-        "train/lr": state.optimizer.param_groups[0]["lr"],
-        "train/advantages/mean": float(token_advantages.mean()) if has_tokens else 0.0,
-        "train/advantages/max": float(token_advantages.max()) if has_tokens else 0.0,
-        "train/advantages/min": float(token_advantages.min()) if has_tokens else 0.0,
-        "train/mean_gen_tokens_per_sample": float(rollouts.lengths.float().mean()),
-        "train/truncation_rate": float(rollouts.truncated.float().mean()),
-        "train/global_valid_toks": generated_tokens,
-        "train/adv/distinct_groups": distinct_advantage_groups(advantages, group_ids),
-        **{f"train/adv/zero_std_frac/{name}": value for name, value in zero_std_fraction(rewards, group_ids, options.residue_tolerance or 0.0).items()},
-        "train/adv/collapsed_frac": collapsed_group_fraction(rewards, group_ids, weights),
-        **{f"train/adv/gap/{name}": value for name, value in component_advantage_gaps(advantages, rewards, group_ids).items()},
-        **exceed_metrics(state.reward_set, rollouts, "train"),
-        **{f"timing/train/{key}": value for key, value in seconds.items()},
+        **reward_metrics(rewards, mn.TRAIN),
+        **{mn.train(key): update[key] for key in UPDATE_METRICS},
+        mn.train(mn.LR): state.optimizer.param_groups[0]["lr"],
+        mn.train("advantages/mean"): float(token_advantages.mean()) if has_tokens else 0.0,
+        mn.train("advantages/max"): float(token_advantages.max()) if has_tokens else 0.0,
+        mn.train("advantages/min"): float(token_advantages.min()) if has_tokens else 0.0,
+        mn.train("mean_gen_tokens_per_sample"): float(rollouts.lengths.float().mean()),
+        mn.train("truncation_rate"): float(rollouts.truncated.float().mean()),
+        mn.train("global_valid_toks"): generated_tokens,
+        mn.train(mn.DISTINCT_GROUPS): distinct_advantage_groups(advantages, group_ids),
+        **{mn.train(mn.zero_std_frac(name)): value for name, value in zero_std_fraction(rewards, group_ids, options.residue_tolerance or 0.0).items()},
+        mn.train(mn.COLLAPSED_FRAC): collapsed_group_fraction(rewards, group_ids, weights),
+        **{mn.train(mn.gap(name)): value for name, value in component_advantage_gaps(advantages, rewards, group_ids).items()},
+        **exceed_metrics(state.reward_set, rollouts, mn.TRAIN),
+        **{mn.timing(mn.TRAIN, key): value for key, value in seconds.items()},
         # throughput: wall-clock dependent like every timing/* key (NeMo RL's
         # performance/generation_tokens_per_sec on one device)
-        "timing/train/generation_tokens_per_sec": generated_tokens / max(seconds["generation"], 1e-9),
-        "timing/train/policy_training_tokens_per_sec": generated_tokens / max(seconds["policy_training"], 1e-9),
+        mn.timing(mn.TRAIN, "generation_tokens_per_sec"): generated_tokens / max(seconds["generation"], 1e-9),
+        mn.timing(mn.TRAIN, "policy_training_tokens_per_sec"): generated_tokens / max(seconds["policy_training"], 1e-9),
         **dev.peak_memory_metrics(state.device),
     }
 
@@ -392,10 +393,10 @@ def validate(state: TrainState, step: int) -> dict:
             state.log(f"[validation step {step}] {texts[shown]!r}")
             shown += 1
     rewards = {name: torch.cat(parts) for name, parts in rewards.items()}
-    metrics = reward_metrics(rewards, "validation")
-    metrics["validation/accuracy"] = metrics["validation/reward"]
-    metrics["validation/avg_length"] = float(torch.cat(lengths).mean())
-    metrics.update(exceed_metrics(state.reward_set, torch.cat(lengths), "validation"))
+    metrics = reward_metrics(rewards, mn.VALIDATION)
+    metrics[mn.validation(mn.ACCURACY)] = metrics[mn.validation(mn.REWARD)]
+    metrics[mn.validation(mn.AVG_LENGTH)] = float(torch.cat(lengths).mean())
+    metrics.update(exceed_metrics(state.reward_set, torch.cat(lengths), mn.VALIDATION))
     return metrics
 
 
@@ -406,7 +407,7 @@ def exceed_metrics(reward_set, lengths, prefix: str) -> dict:
     if "length" not in reward_set.names or not reward_set.length_limit:
         return {}
     lengths = lengths.lengths if isinstance(lengths, Rollouts) else lengths
-    return {f"{prefix}/exceed_rate": float((lengths.double() > reward_set.length_limit).double().mean())}
+    return {mn.key(prefix, mn.EXCEED_RATE): float((lengths.double() > reward_set.length_limit).double().mean())}
 
 
 # ---- the run: setup, then step -> validate -> log ------------------------------------------
@@ -420,10 +421,10 @@ def run_step(state: TrainState, step: int) -> dict:
     if validation_due(state, step):
         validation_started = time.perf_counter()
         metrics.update(validate(state, step))
-        metrics["timing/validation/total_validation_time"] = time.perf_counter() - validation_started
-    metrics["timing/train/total_step_time"] = time.perf_counter() - started
+        metrics[mn.timing(mn.VALIDATION, mn.TOTAL_VALIDATION_TIME)] = time.perf_counter() - validation_started
+    metrics[mn.timing(mn.TRAIN, mn.TOTAL_STEP_TIME)] = time.perf_counter() - started
     # CPU seconds of all threads: less sensitive than wall time to other processes
-    metrics["timing/train/total_step_cpu_time"] = time.process_time() - cpu_started
+    metrics[mn.timing(mn.TRAIN, mn.TOTAL_STEP_CPU_TIME)] = time.process_time() - cpu_started
     return metrics
 
 

@@ -36,6 +36,7 @@ from gdpo_nemo.estimators.collapse import distinct_advantage_groups
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.config.derive import LEAVE_ONE_OUT_REASON, estimator_decision, our_env_blocks
 from gdpo_nemo.engines.nemo.scoring import REWARD_PREFIX
+from gdpo_nemo.runs import metric_names as mn
 
 __all__ = ["AdvantageEstimator", "create_estimator", "estimator_advantages", "group_ids_from_prompts", "reward_components", "section"]
 
@@ -114,7 +115,7 @@ class AdvantageEstimator:
         group_ids = group_ids_from_prompts(torch.as_tensor(prompt_ids).cpu())
         mask = torch.as_tensor(mask)
         advantages = estimator_advantages(self.settings, components, group_ids, token_mask=mask.detach().cpu())
-        self.last_metrics = {"adv/distinct_groups": distinct_advantage_groups(advantages, group_ids)}
+        self.last_metrics = {mn.DISTINCT_GROUPS: distinct_advantage_groups(advantages, group_ids)}
         return advantages.to(device=mask.device, dtype=torch.float32).unsqueeze(-1).expand(mask.shape).clone()
 
 

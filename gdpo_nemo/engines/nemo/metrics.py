@@ -32,6 +32,7 @@ from gdpo_nemo.estimators.collapse import (collapsed_group_fraction, component_a
 from gdpo_nemo.config.settings import EstimatorSettings
 from gdpo_nemo.engines.nemo.estimators import estimator_advantages, reward_components
 from gdpo_nemo.runs.rundir import checkpoint_steps
+from gdpo_nemo.runs import metric_names as mn
 
 __all__ = [
     "StepMetricsWriter",
@@ -82,7 +83,7 @@ def component_metrics(
     components: {name: Tensor[B]}. group_ids: Tensor[B] or None. settings: the run's
     estimator (for distinct_groups), or None to skip it.
     """
-    return {**_component_means("reward", components), **group_diagnostics(components, group_ids, settings)}
+    return {**_component_means(mn.REWARD, components), **group_diagnostics(components, group_ids, settings)}
 
 
 def _component_means(family: str, components: Mapping[str, Tensor]) -> dict[str, float]:
@@ -91,7 +92,7 @@ def _component_means(family: str, components: Mapping[str, Tensor]) -> dict[str,
     for name, values in components.items():
         values = torch.as_tensor(values, dtype=torch.float64)
         valid = values[~torch.isnan(values)]
-        metrics[f"{family}/{name}"] = float(valid.mean()) if valid.numel() else float("nan")
+        metrics[mn.name(family, name)] = float(valid.mean()) if valid.numel() else float("nan")
     return metrics
 
 
@@ -107,13 +108,13 @@ def group_diagnostics(
         return {}
     tolerance = (settings.options.residue_tolerance or 0.0) if settings is not None else 0.0
     shares = zero_std_fraction(dict(components), group_ids, tolerance)
-    metrics = {f"adv/zero_std_frac/{name}": share for name, share in shares.items()}
+    metrics = {mn.zero_std_frac(name): share for name, share in shares.items()}
     weights = settings.options.reward_weights if settings is not None else None
-    metrics["adv/collapsed_frac"] = collapsed_group_fraction(dict(components), group_ids, weights)
+    metrics[mn.COLLAPSED_FRAC] = collapsed_group_fraction(dict(components), group_ids, weights)
     if settings is not None:
         advantages = estimator_advantages(settings, components, group_ids)
-        metrics["adv/distinct_groups"] = float(distinct_advantage_groups(advantages, group_ids))
-        metrics.update({f"adv/gap/{name}": gap
+        metrics[mn.DISTINCT_GROUPS] = float(distinct_advantage_groups(advantages, group_ids))
+        metrics.update({mn.gap(name): gap
                         for name, gap in component_advantage_gaps(advantages, dict(components), group_ids).items()})
     return metrics
 
@@ -160,10 +161,10 @@ def trained_batch_metrics(
         return {}
     diagnostics = group_diagnostics(components, batch_group_ids(trained), settings)
     if not filtered:
-        return {**reward_family("reward", components, trained["total_reward"], adjusted=adjusted), **diagnostics}
-    metrics = reward_family("filtered_reward", components, trained["filtered_reward"], adjusted=adjusted)
+        return {**reward_family(mn.REWARD, components, trained["total_reward"], adjusted=adjusted), **diagnostics}
+    metrics = reward_family(mn.FILTERED_REWARD, components, trained["filtered_reward"], adjusted=adjusted)
     if generated is not None:
-        metrics.update(reward_family("reward", reward_components(generated), generated["total_reward"], adjusted=adjusted))
+        metrics.update(reward_family(mn.REWARD, reward_components(generated), generated["total_reward"], adjusted=adjusted))
     return {**metrics, **diagnostics}
 
 

@@ -20,10 +20,11 @@ from typing import Callable, Mapping, Sequence
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.rewards import RewardDataError, get_reward_set
+from gdpo_nemo.runs import metric_names as mn
 
 __all__ = ["EnvSettings", "RewardScorer", "ScoreResult", "assistant_text", "load_token_counter", "REWARD_PREFIX"]
 
-REWARD_PREFIX = "reward/"
+REWARD_PREFIX = mn.name(mn.REWARD, "")  # the batch keys NeMo RL carries: reward/<name>
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,42 @@
+"""The local engine as the sweep and the config layer see it (gdpo_nemo.config.engines.Engine).
+
+One process on one node, CPU or one GPU: its configs are checked against the key tree's fates
+(each NeMo RL key used in a range, ignored, or refused away from its neutral value), a run lives
+in ``<logger.log_dir>/<run id>``, and its Slurm job (slurm/templates/local.sbatch) runs
+`gdpo-nemo train`, resuming from the run dir's newest checkpoint. Import-light: no torch.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from gdpo_nemo.config.engines import Engine, register_engine
+from gdpo_nemo.layout import REPO_ROOT
+
+
+class LocalEngine(Engine):
+    name = "local"
+    summary = "the single-process trainer (gdpo_nemo.engines.local): CPU or one GPU, a small model"
+    load = "gdpo_nemo.engines.local.config:load_run_config"
+    train = "gdpo_nemo.engines.local.trainer:train"
+    command = "gdpo-nemo train --config RUN.yaml [--run-dir DIR] [--resume | --overwrite] [key=value ...]"
+    resume = "--resume: from the newest checkpoints/step_N of the run dir, on the same trajectory"
+    metrics = "metrics.jsonl"
+    keys = "tree"
+    template = "local.sbatch"
+    evaluation_jobs = True
+
+    def log_dir(self, run_dir: Path, runs_root: Path) -> Path:
+        # `gdpo-nemo train` puts a run in <logger.log_dir>/<run id>: the runs' root.
+        return runs_root
+
+    def job_values(self, profile, *, run_dir: Path, config_path: Path, sweep_dir: Path, workdir: Path,
+                   gpus_per_node: int, overrides: tuple[str, ...] = ()) -> dict[str, str]:
+        q = shlex.quote
+        return {"repo_root": q(str(REPO_ROOT)), "run_dir": q(str(run_dir)), "python": q(profile.python or sys.executable),
+                "config": q(str(config_path))}
+
+
+ENGINE = register_engine(LocalEngine())
