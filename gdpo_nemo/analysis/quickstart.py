@@ -13,9 +13,10 @@ their metrics.jsonl records here:
 """
 
 from __future__ import annotations
-from gdpo_nemo.runs import metric_names as mn
 
 from pathlib import Path
+
+from gdpo_nemo.runs import metric_names as mn
 
 # Steps averaged for the "first" and "final" values of the summary (single steps of 16
 # rollouts are noisy), and the width of the curves' trailing mean.

@@ -11,10 +11,11 @@ The training is gdpo_nemo.engines.local.trainer.train; this module reads the fla
 """
 
 from __future__ import annotations
-from gdpo_nemo.runs import metric_names as mn
 
 import argparse
 from pathlib import Path
+
+from gdpo_nemo.runs import metric_names as mn
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -106,12 +106,13 @@ def settle_external_wandb(enabled: bool, log_dir, log=None) -> str:
     mode = wandb_mode(enabled)
     if mode == "online":
         try:
-            problem = wandb_server_problem(online_init_timeout())
+            timeout = online_init_timeout()
+            problem = wandb_server_problem(timeout)
             if problem:
                 raise ConnectionError(problem)
             import wandb
 
-            wandb.Api(timeout=max(1, int(online_init_timeout()))).viewer  # noqa: B018 (the request is the check)
+            wandb.Api(timeout=max(1, int(timeout))).viewer  # noqa: B018 (the request is the check)
         except Exception as err:
             _going_offline(err, log)
             os.environ["WANDB_MODE"] = mode = "offline"
@@ -210,13 +211,14 @@ class Tracker:
             )
 
         if self.mode == "online":
-            problem = wandb_server_problem(online_init_timeout())
+            timeout = online_init_timeout()
+            problem = wandb_server_problem(timeout)
             if problem:
                 _going_offline(ConnectionError(problem), self._log)
                 self.mode = "offline"
             else:
                 try:
-                    return start("online", init_timeout=online_init_timeout())
+                    return start("online", init_timeout=timeout)
                 except Exception as err:  # CommError, UsageError (bad key), timeouts: all mean "not online"
                     _going_offline(err, self._log)
                     self.mode = "offline"

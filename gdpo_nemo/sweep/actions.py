@@ -62,14 +62,14 @@ class ConfigCheck:
 
 
 def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None, filters: dict[str, set[str]], *,
-                      engine: str | None = None, with_eval: bool = False, native_checks: bool = True,
-                      native_python: str | None = None, submit: bool = False) -> int:
+                      engine: str | None = None, with_eval: bool = False, native_python: str | None = None,
+                      submit: bool = False) -> int:
     """Plan every selected run of `experiment` on profile `cluster` (filters: {key: accepted
     values}, as `--only`), write its config and script into `layout` and print them
     (dry run), or submit what needs it (`submit`; see manifest.submit_action). engine:
     "nemo"/"local" for every run, None for each run's own; with_eval: an evaluation job per
-    run; native_checks: each engine's own check of its runs' configs (`Engine.native_check`:
-    NeMo RL's for nemo), with `native_python` (that engine's Python; None: found). Exit code 0."""
+    run; each engine's own check of its runs' configs runs last (`Engine.native_check`: NeMo
+    RL's for nemo), with `native_python` (that engine's Python; None: found). Exit code 0."""
     profile = _profile(cluster, "submit" if submit else "dry-run")
     plans = plan_sweep(experiment, profile, layout.root, filters, engine=engine)
     engines = ",".join(sorted({plan.engine for plan in plans}))
@@ -81,7 +81,7 @@ def render_and_submit(experiment: str, layout: SweepLayout, cluster: str | None,
         if unset:
             print(f"gdpo-nemo sweep: warning: {', '.join(unset)} not set in this shell; profile {profile.name!r}"
                   " passes them by name, so jobs submitted now will not have them", file=sys.stderr)
-    unchecked = _check_natively(plans, native_python) if native_checks else []  # slowest: last
+    unchecked = _check_natively(plans, native_python)  # slowest: last
     evals = _eval_scripts(plans, profile, layout) if with_eval else {}
     placeholders = placeholder_values(profile)
     if submit and placeholders:

@@ -2,6 +2,7 @@
 line per step, each with the step's mean reward components and seconds per step."""
 
 from __future__ import annotations
+
 from gdpo_nemo.runs import metric_names as mn
 
 

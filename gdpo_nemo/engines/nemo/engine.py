@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from gdpo_nemo.config.derive import DATASET_CLASS, get_path
 from gdpo_nemo.config.engines import Engine, register_engine
 from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs import metric_names as mn
@@ -37,12 +38,6 @@ CPU_MODELS = ("tiny", "smollm2")
 # Keys the CPU path only bounds for cost: an experiment's override of one reaches the job as
 # an override of its own, which wins over the bound (the run config already holds it).
 CPU_BOUNDED_KEYS = ("grpo.dynamic_sampling_max_gen_batches",)
-
-
-def _get(config: Mapping, path: str):
-    from gdpo_nemo.config.derive import get_path
-
-    return get_path(config, path)
 
 
 class NemoEngine(Engine):
@@ -67,8 +62,6 @@ class NemoEngine(Engine):
         pair). NeMo RL types data_path NotRequired[str]: a null there is refused by its
         MasterConfig, and a path with source offline by our dataset; the task files' default
         path only serves source "file"."""
-        from gdpo_nemo.config.derive import DATASET_CLASS
-
         data = config.get("data") or {}
         for split in ("train", "validation"):
             blocks = data.get(split)
@@ -90,14 +83,14 @@ class NemoEngine(Engine):
 
     def config_problems(self, config: Mapping) -> list[str]:
         problems = []
-        model = _get(config, "policy.model_name")
+        model = get_path(config, "policy.model_name")
         if isinstance(model, str) and model.startswith("builtin:"):
             problems.append(f"policy.model_name: {model!r} is a local-engine model; NeMo RL needs a hub name or checkpoint path")
-        if _get(config, "grpo.async_grpo.enabled"):
+        if get_path(config, "grpo.async_grpo.enabled"):
             problems.append("grpo.async_grpo.enabled: true is not supported: gdpo_nemo's metric hooks wrap the synchronous trainer")
-        if (_get(config, "data_plane") or {}).get("enabled"):
+        if (get_path(config, "data_plane") or {}).get("enabled"):
             problems.append("data_plane.enabled: true is not supported: gdpo_nemo's hooks wrap the legacy synchronous trainer")
-        metric = _get(config, "checkpointing.metric_name")
+        metric = get_path(config, "checkpointing.metric_name")
         prefix, _, name = str(metric).partition(":")
         if prefix in ("val", "train") and mn.component(name, mn.REWARD) is not None:
             components = config["gdpo"]["reward_components"]
@@ -107,26 +100,26 @@ class NemoEngine(Engine):
                     f" {[f'{prefix}:{mn.reward(c)}' for c in components]}"
                 )
         # Traps NeMo RL springs only at run time (the first checkpoint, the first step): refused here.
-        dtensor = _get(config, "policy.dtensor_cfg") or {}
-        save_format = _get(config, "checkpointing.model_save_format")
+        dtensor = get_path(config, "policy.dtensor_cfg") or {}
+        save_format = get_path(config, "checkpointing.model_save_format")
         if dtensor.get("enabled") and dtensor.get("_v2") is False and save_format is not None:
             problems.append(
                 f"checkpointing.model_save_format: {save_format!r} with policy.dtensor_cfg._v2: false; NeMo RL's v1 DTensor"
                 " worker saves torch DCP only and refuses any format at the first checkpoint: set"
                 " checkpointing.model_save_format=null, or policy.dtensor_cfg._v2=true (our configs' worker)"
             )
-        if _get(config, "grpo.use_dynamic_sampling") and not (_get(config, "grpo.dynamic_sampling_max_gen_batches") or 0) >= 1:
+        if get_path(config, "grpo.use_dynamic_sampling") and not (get_path(config, "grpo.dynamic_sampling_max_gen_batches") or 0) >= 1:
             problems.append("grpo.dynamic_sampling_max_gen_batches: must be at least 1 when grpo.use_dynamic_sampling is true"
                             " (NeMo RL asserts it at the first step)")
-        multiplier = _get(config, "grpo.batch_multiplier")
-        if multiplier not in (None, 1) and not _get(config, "grpo.use_dynamic_sampling"):
+        multiplier = get_path(config, "grpo.batch_multiplier")
+        if multiplier not in (None, 1) and not get_path(config, "grpo.use_dynamic_sampling"):
             problems.append(f"grpo.batch_multiplier: {multiplier!r} needs grpo.use_dynamic_sampling: true (NeMo RL asserts it in setup)")
-        logger = _get(config, "logger") or {}
+        logger = get_path(config, "logger") or {}
         for backend in ("tensorboard", "wandb", "mlflow", "swanlab"):
             if logger.get(f"{backend}_enabled") and not isinstance(logger.get(backend), Mapping):
                 problems.append(f"logger.{backend}: missing; NeMo RL's Logger reads it when logger.{backend}_enabled is true"
                                 f" (add {backend}: {{}})")
-        generation = _get(config, "policy.generation") or {}
+        generation = get_path(config, "policy.generation") or {}
         if generation.get("backend") == "vllm" and "vllm_cfg" not in generation:
             problems.append("policy.generation.vllm_cfg: missing; backend 'vllm' needs it")
         return problems
@@ -136,7 +129,7 @@ class NemoEngine(Engine):
         per node: NeMo RL places workers from these numbers; a mismatch hangs or idles the
         allocation."""
         problems = []
-        have_nodes, have_gpus = _get(config, "cluster.num_nodes"), _get(config, "cluster.gpus_per_node")
+        have_nodes, have_gpus = get_path(config, "cluster.num_nodes"), get_path(config, "cluster.gpus_per_node")
         if have_nodes != nodes:
             problems.append(f"cluster.num_nodes: {have_nodes!r} but the Slurm request has --nodes={nodes}; they must be equal")
         if have_gpus != gpus_per_node:
