@@ -172,9 +172,20 @@ def test_the_committed_study_holds_whole_seed_pairs_of_finished_runs_from_one_pr
     """Committed seed pair by seed pair as it finishes, from a clean checkout of the amended
     pre-registration (paper_figures/tension_study/README.md), on native kernels as
     scripts/tension_study.sh runs it; the GRPO run of each seed also validated the shared warm
-    start before its first update (the base row), and both validated after step 30."""
-    firsts = check_committed_pairs(STUDY, RUN_PREFIX, steps=30)
+    start before its first update (the base row), and both validated after step 30.
+
+    Native kernels take the CPU's own code path (AVX-512 or AVX2): both runs of a pair ran on
+    one machine, so a paired difference compares like with like, but pairs may differ in that
+    path alone, and then the study's README names each path and the report flags it."""
+    firsts = check_committed_pairs(STUDY, RUN_PREFIX, steps=30, machine_fields=("numerics.cpu_capability",))
     assert {first["numerics"]["cpu_numerics"] for first in firsts.values()} == {"native"}
+    paths = {first["numerics"]["cpu_capability"] for first in firsts.values()}
+    if len(paths) > 1:
+        readme = (STUDY / "README.md").read_text()
+        spelled = {"AVX512": "AVX-512", "AVX2": "AVX2"}
+        assert [path for path in paths if spelled.get(path, path) not in readme] == []
+        problems = (STUDY / "report" / "problems.md").read_text()
+        assert "provenance_mismatch" in problems and "numerics.cpu_capability" in problems
     for run in committed_runs(STUDY):
         validated = [r["step"] for r in read_metrics(run) if "validation/exceed_rate" in r]
         assert validated == ([0, 30] if "__grpo__" in run.name else [30]), run.name
