@@ -174,14 +174,14 @@ def test_the_key_tree_is_the_local_engines_only_list_of_nemo_rl_keys():
     from gdpo_nemo.engines.local.config import check_config
 
     config, note = check_config({"gdpo": {}})
-    leaves = dict(key_walk.leaves())
-    used = {path for path, leaf in leaves.items() if leaf.fate == nemo_keys.USED}
-    refused = {path for path, leaf in leaves.items()
-               if leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT}
+    leaves = {path: leaf.fate("local") for path, leaf in key_walk.leaves()}  # the local column
+    used = {path for path, fate in leaves.items() if fate.kind == nemo_keys.USED}
+    refused = {path for path, fate in leaves.items()
+               if fate.kind == nemo_keys.REFUSED and fate.accepted[0] is not nemo_keys.ABSENT}
     assert note is None
     assert _tree_paths_in({k: v for k, v in config.items() if k != "gdpo"}, leaves) == used | refused
     for path in used:
-        assert get_path(config, path) == leaves[path].default, path
+        assert get_path(config, path) == leaves[path].default, path  # a Fate: its default
     assert config["gdpo"] == gdpo_defaults()
     # the loss reads the used keys of loss_fn, no other
     from gdpo_nemo.engines.local.loss import LossConfig
@@ -199,9 +199,9 @@ def test_the_local_engine_names_exactly_the_keys_the_tree_marks_ignored():
     assert found.problems == [] and len(found.ignored) > 20
     for path in found.ignored:  # a key, or a section all of whose keys are ignored
         under = [leaf for key, leaf in leaves.items() if key == path or key.startswith(path + ".")]
-        assert under and all(leaf.fate == nemo_keys.IGNORED for leaf in under), path
+        assert under and all(leaf.fate("local").kind == nemo_keys.IGNORED for leaf in under), path
     present = _tree_paths_in({k: v for k, v in composed.items() if k != "gdpo"}, leaves)
-    ignored_present = {path for path in present if path in leaves and leaves[path].fate == nemo_keys.IGNORED}
+    ignored_present = {path for path in present if path in leaves and leaves[path].fate("local").kind == nemo_keys.IGNORED}
     named = {path for path in ignored_present if any(path == i or path.startswith(i + ".") for i in found.ignored)}
     assert named == ignored_present
 
@@ -296,7 +296,7 @@ def test_one_default_per_nemo_rl_key():
         if text == "BASE":
             derived.append(path)
             assert path not in nemo_keys.OWN_DEFAULTS, path
-            assert _leaf(nemo_keys.TREE, path).default == value, path
+            assert _leaf(nemo_keys.TREE, path).fate("local").default == value, path
         else:
             assert path in nemo_keys.OWN_DEFAULTS, f"{path}: written in the key tree ({text}) and in base.yaml ({value!r})"
     assert len(derived) == 44 and len(in_base) == 44 + len(nemo_keys.OWN_DEFAULTS)

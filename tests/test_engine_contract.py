@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gdpo_nemo.config import ConfigError, key_walk, settings
+from gdpo_nemo import checks
+from gdpo_nemo.config import ConfigError, key_walk, nemo_keys, settings
 from gdpo_nemo.config.engines import BUILTIN_ENGINES, ENGINES, Engine, engine, register_engine
 from gdpo_nemo.sweep import profiles
 
@@ -93,9 +94,10 @@ exec {{python}} -c 'print("third engine")' {{config}}
 
 def test_a_third_engine_is_its_package_its_registration_and_its_job_template(tmp_path, monkeypatch, capsys):
     """A third engine, written as a user of TRL would: a subclass in a module of its own, one
-    register_engine call, one template. The composer, the checks, the key walk and the sweep
-    then take it with no change to any package module: its name is accepted as gdpo.engine and
-    --engine, its configs are walked as the key tree says, and its jobs are rendered."""
+    register_engine call, one template, and its column of the key tree where its fates differ
+    from the tree's. The composer, the checks, the key walk and the sweep then take it with no
+    change to any package module: its name is accepted as gdpo.engine and --engine, its
+    configs are walked by its own column, and its jobs are rendered."""
     template_path = tmp_path / "third.sbatch"
     template_path.write_text(THIRD_TEMPLATE)
 
@@ -107,6 +109,15 @@ def test_a_third_engine_is_its_package_its_registration_and_its_job_template(tmp
         command = "third-train RUN.yaml"
         resume = "the same command"
         keys = "tree"
+        # the local engine's column but for three cells: it implements CISPO (the local engine
+        # refuses it), refuses a sequence-level loss (the local engine has both) and fills
+        # val_period its own way
+        column = {
+            **key_walk.column("local"),
+            "loss_fn.use_cispo": nemo_keys.Fate(nemo_keys.USED, False),
+            "loss_fn.token_level_loss": nemo_keys.Fate(nemo_keys.REFUSED, accepted=(True,)),
+            "grpo.val_period": nemo_keys.Fate(nemo_keys.USED, 3, checks.integer(1)),
+        }
         template = str(template_path)  # absolute: TEMPLATE_DIR / an absolute path is that path
 
         def config_problems(self, config):
@@ -131,8 +142,23 @@ def test_a_third_engine_is_its_package_its_registration_and_its_job_template(tmp
 
         cispo = run_config.compose("math", "smollm2-135m", "gdpo", cluster="local",
                                    overrides=["gdpo.engine=third", "loss_fn.use_cispo=true"])
-        walked = {name: [line for line in check_keys(cispo, engine=name).problems if "use_cispo" in line] for name in ENGINES}
-        assert walked["third"] == walked["local"] != [] and walked["nemo"] == []  # keys "tree": the key tree's fates
+        walked = {name: check_keys(cispo, engine=name).problems for name in ENGINES}
+        assert walked["nemo"] == [] and "loss_fn.use_cispo: True is not implemented by the local engine; accepted False" \
+            in walked["local"]  # its column: it implements CISPO, and refuses the rest the local engine refuses
+        assert walked["third"] == [line.replace("local", "third") for line in walked["local"] if "use_cispo" not in line] != []
+        sequence_loss = run_config.compose("gsm8k", "smollm2-135m", "gdpo", cluster="local",
+                                           overrides=["gdpo.engine=third", "loss_fn.token_level_loss=false"])
+        assert check_keys(sequence_loss, engine="local").problems == [] == check_keys(sequence_loss, engine="nemo").problems
+        assert check_keys(sequence_loss, engine="third").problems == [
+            "loss_fn.token_level_loss: False is not implemented by the third engine; accepted True"]
+        filled = {name: key_walk.walk({"gdpo": {}}, engine=name).config for name in ("local", "third")}
+        assert filled["third"]["grpo"]["val_period"] == 3 != filled["local"]["grpo"]["val_period"]
+        assert filled["third"]["loss_fn"]["token_level_loss"] is True  # a refused key's neutral value fills it
+        assert filled["third"]["gdpo"] == filled["local"]["gdpo"]  # the gdpo block: every engine's
+        clipped = run_config.compose("math", "smollm2-135m", "gdpo", cluster="local",
+                                            overrides=["gdpo.engine=third", "grpo.advantage_clip_low=-1.0"])
+        assert [line.replace("local", "third") for line in check_keys(clipped, engine="local").problems] \
+            == check_keys(clipped, engine="third").problems != []
         rc = main(["sweep", "smoke", "--cluster", "local", "--engine", "third", "--sweep-dir", str(tmp_path / "sweep"),
                    "--only", "seed=0", "--only", "algo=gdpo"])
         out = capsys.readouterr().out

@@ -11,8 +11,10 @@ sweep) ask it through this interface, never by its name:
   and `train` (the entry that runs a loaded config);
 - its keys: `keys` says how the key walk checks its configs: ``"schema"`` (every NeMo RL key
   is the engine's own: required and typed as NeMo RL's MasterConfig has them) or ``"tree"``
-  (the key tree's fates in gdpo_nemo.config.nemo_keys: each key used in a range, ignored, or
-  refused away from its neutral value; left-out keys filled);
+  (its column of the key tree, gdpo_nemo.config.nemo_keys: each key used in a range, ignored,
+  or refused away from its neutral value; left-out keys filled); `fate` reads its cell of a
+  key: from `column` (key path -> Fate, the engine's own package) where that names the key,
+  else from the tree's column under the engine's name;
 - its run config: `log_dir` (what ``logger.log_dir`` names), `drop_unread_keys`,
   `dataset_block_problems` and `config_problems` (what it cannot run, as lines naming the
   key), `cluster_problems` (the config against a Slurm request), `native_check` (the check
@@ -57,8 +59,16 @@ class Engine:
     resume: str = ""
     metrics: str = "metrics.jsonl"
     keys: str = "tree"
+    column: Mapping | None = None
     template: str = ""
     evaluation_jobs: bool = False
+
+    def fate(self, path: str, leaf):
+        """This engine's cell (a nemo_keys.Fate) of the key at dotted `path`, whose tree entry
+        is `leaf` (a nemo_keys.Leaf): `column`'s where it names the path, else the tree's."""
+        if self.column is not None and path in self.column:
+            return self.column[path]
+        return leaf.fate(self.name)
 
     def entry(self, which: str = "train"):
         """The callable `load` or `train` names (imported now: it may import torch)."""

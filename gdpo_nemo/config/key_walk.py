@@ -9,13 +9,14 @@ config with it, and the tests and the composer read the tree through it.
       checkpointing.keep_top_k: missing; expected int                     (nemo only)
       loss_fn.use_cispo: True is not implemented by the local engine; accepted False   (local only)
 
-  ``engine="nemo"`` requires what NeMo RL requires; ``engine="local"`` requires nothing, fills
-  the defaults of used and refused keys, holds used keys to their local range and refused keys
-  to their neutral values, and lists the ignored keys that are present.
+  ``engine="nemo"`` (keys "schema") requires what NeMo RL requires; an engine of the tree
+  (``engine="local"``, or a third one; keys "tree") requires nothing and reads its own column
+  of the tree (`Engine.fate`): it fills the defaults of used and refused keys, holds used keys
+  to their range and refused keys to their neutral values, and lists the ignored keys present.
 - `check_against_schema(config, schema)`: `walk`'s problems on engine "nemo", for a section
   of the tree or a schema of the same notation (the ``env.<name>`` blocks).
-- `leaves()`, `has_key(path)`, `types()`: the tree read as (key path, Leaf) pairs, as a set of
-  key paths, and in the type notation alone (what tests/nemo_tier/test_schema_parity.py
+- `leaves()`, `has_key(path)`, `types()`, `column(engine)`: the tree read as (key path, Leaf)
+  pairs, as a set of key paths, in the type notation alone, and as one engine's column (what tests/nemo_tier/test_schema_parity.py
   compares with NeMo RL's classes).
 
 The notation walked (sections, `Leaf`, `Alt`, `ListOf`, ``WHEN_ENABLED``, the fates USED,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -44,7 +46,7 @@ from gdpo_nemo.config.nemo_keys import (
 )
 from gdpo_nemo.config.engines import ENGINES as _ENGINE_REGISTRY
 
-__all__ = ["ENGINES", "Walk", "check_against_schema", "has_key", "leaves", "types", "walk"]
+__all__ = ["ENGINES", "Walk", "check_against_schema", "column", "has_key", "leaves", "types", "walk"]
 
 ENGINES = _ENGINE_REGISTRY  # gdpo_nemo.config.engines, read live: each engine's fate of a key is its walk
 
@@ -54,7 +56,7 @@ ENGINES = _ENGINE_REGISTRY  # gdpo_nemo.config.engines, read live: each engine's
 
 
 def _as_leaf(spec):
-    """A bare type string is a leaf the local engine ignores."""
+    """A bare type string is a leaf with no cells: every engine of the tree ignores it."""
     return Leaf(spec) if isinstance(spec, str) else spec
 
 
@@ -74,6 +76,12 @@ def leaves(spec=None, prefix: str = "") -> Iterator[tuple[str, Leaf]]:
         if path not in seen:
             seen.add(path)
             yield path, leaf
+
+
+def column(engine: str) -> dict:
+    """{key path: Fate} of `engine`'s column of NeMo RL's keys, as the tree writes it: what a
+    third engine starts its own `Engine.column` from when its fates are mostly another's."""
+    return {path: leaf.fate(engine) for path, leaf in leaves()}
 
 
 def _leaves(spec, prefix: str) -> Iterator[tuple[str, Leaf]]:
@@ -138,25 +146,21 @@ def types(spec=None):
     return leaf.type if isinstance(leaf.type, str) else "any"
 
 
-def _has_fate(spec, wanted) -> bool:
-    """Whether a leaf under `spec` (not under a ListOf) satisfies `wanted(leaf)`."""
+def _has_fate(spec, path: str, wanted) -> bool:
+    """Whether a key under `spec` (at `path`; not under a ListOf) satisfies `wanted(path, leaf)`."""
     if isinstance(spec, dict):
-        return any(_has_fate(child, wanted) for key, child in spec.items() if key != WHEN_ENABLED)
+        prefix = f"{path}." if path else ""
+        return any(_has_fate(child, prefix + key.rstrip("?"), wanted) for key, child in spec.items() if key != WHEN_ENABLED)
     if isinstance(spec, Alt):
-        return any(_has_fate(option, wanted) for option in spec.options)
+        return any(_has_fate(option, path, wanted) for option in spec.options)
     if isinstance(spec, ListOf):
         return False
-    return wanted(_as_leaf(spec))
+    return wanted(path, _as_leaf(spec))
 
 
-def _inert(spec) -> bool:
-    """Nothing under `spec` is used or refused by the local engine: it ignores the whole key."""
-    return not _has_fate(spec, lambda leaf: leaf.fate != IGNORED)
-
-
-def _fills(spec) -> bool:
-    """The local engine fills something under `spec` when it is left out."""
-    return _has_fate(spec, lambda leaf: leaf.fate == USED or (leaf.fate == REFUSED and leaf.accepted[0] is not ABSENT))
+def _filled(fate) -> bool:
+    """A missing key of this fate is filled in."""
+    return fate.kind == USED or (fate.kind == REFUSED and fate.accepted[0] is not ABSENT)
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,8 +250,8 @@ class Walk:
     """What `walk` found.
 
     problems: one line per problem, each starting with its key path (empty: the config fits).
-    config: a copy of the config; on the local engine with its defaults filled in.
-    ignored: local engine: the key paths present that it ignores (a section whose keys it all
+    config: a copy of the config; on an engine of the tree with its defaults filled in.
+    ignored: an engine of the tree: the key paths present that it ignores (a section whose keys it all
     ignores is named once), in the config's order.
     """
 
@@ -261,13 +265,27 @@ class _Walker:
         if engine not in ENGINES:
             raise UserError(f"engine {engine!r} is not one of {list(ENGINES)}")
         self.engine = engine
-        self.local = ENGINES[engine].keys == "tree"  # the key tree's fates; "schema": NeMo RL's own
+        self.spec = ENGINES[engine]
+        self.local = self.spec.keys == "tree"  # its column of the key tree; "schema": NeMo RL's own
         self.problems: list[str] = []
         self.ignored: list[str] = []
 
+    def fate(self, path: str, leaf: Leaf):
+        """The engine's cell of the key at `path` (a list item's keys: the list's path, as
+        `leaves` names them)."""
+        return self.spec.fate(re.sub(r"\[\d+\]", "", path), leaf)
+
+    def inert(self, spec, path: str) -> bool:
+        """Nothing under `spec` is used or refused by this engine: it ignores the whole key."""
+        return not _has_fate(spec, path, lambda where, leaf: self.fate(where, leaf).kind != IGNORED)
+
+    def fills(self, spec, path: str) -> bool:
+        """This engine fills something under `spec` when it is left out."""
+        return _has_fate(spec, path, lambda where, leaf: _filled(self.fate(where, leaf)))
+
     def node(self, value, spec, path: str, quiet: bool):
         """The checked copy of `value` at `path` against `spec`; `quiet`: inside a key the
-        local engine ignores as a whole (already named)."""
+        engine ignores as a whole (already named)."""
         if isinstance(spec, dict):
             return self.section(value, spec, path, quiet)
         if isinstance(spec, ListOf):
@@ -280,23 +298,26 @@ class _Walker:
         return self.leaf(value, _as_leaf(spec), path)
 
     def leaf(self, value, spec: Leaf, path: str):
-        if self.local and spec.fate == USED and spec.local is not None and spec.local(value) is None:
+        fate = self.fate(path, spec) if self.local else None
+        used = fate is not None and fate.kind == USED and fate.local is not None
+        refused = fate is not None and fate.kind == REFUSED
+        if used and fate.local(value) is None:
             return copy.deepcopy(value)
-        if self.local and spec.fate == REFUSED and _neutral(value, spec.accepted):
+        if refused and _neutral(value, fate.accepted):
             return copy.deepcopy(value)
         wrong = _type_problem(value, spec.type)
         if wrong is not None:
             self.problems.append(f"{path}: {value!r} {wrong}")
-        elif self.local and spec.fate == USED and spec.local is not None:
-            self.problems.append(f"{path}: {value!r} is not accepted; expected {spec.local(value)}")
-        elif self.local and spec.fate == REFUSED:
-            self.problems.append(f"{path}: {value!r} is not implemented by the local engine; accepted {_shown(spec.accepted)}")
+        elif used:
+            self.problems.append(f"{path}: {value!r} is not accepted; expected {fate.local(value)}")
+        elif refused:
+            self.problems.append(f"{path}: {value!r} is not implemented by the {self.engine} engine; accepted {_shown(fate.accepted)}")
         return copy.deepcopy(value)
 
     def alt(self, value, spec: Alt, path: str, quiet: bool):
-        fill = next((o for o in spec.options if isinstance(o, dict) and _fills(o)), None)
+        fill = next((o for o in spec.options if isinstance(o, dict) and self.fills(o, path)), None)
         if self.local and value is None and fill is not None:
-            return self.section({}, fill, path, quiet)  # null: the local engine's defaults, as if left out
+            return self.section({}, fill, path, quiet)  # null: the engine's defaults, as if left out
         trials = []
         for option in spec.options:
             trial = _Walker(self.engine)
@@ -314,8 +335,8 @@ class _Walker:
         return value
 
     def section(self, value, spec: dict, path: str, quiet: bool):
-        if self.local and value is None and _fills(spec):
-            value = {}  # null: the local engine's defaults, as if left out
+        if self.local and value is None and self.fills(spec, path):
+            value = {}  # null: the engine's defaults, as if left out
         if not isinstance(value, dict):
             self.problems.append(f"{path}: {value!r} is not a mapping (expected keys {_listed(spec)})")
             return value
@@ -328,7 +349,7 @@ class _Walker:
             if child is _NOTHING:
                 self.problems.append(f"{where}: unknown key; {path or 'the top level'} accepts {_listed(spec)}")
                 continue
-            if self.local and not quiet and _inert(child):
+            if self.local and not quiet and self.inert(child, where):
                 self.ignored.append(where)
                 out[key] = self.node(item, child, where, quiet=True)
             else:
@@ -350,19 +371,19 @@ class _Walker:
         return out
 
     def fill(self, spec, path: str):
-        """What the local engine puts at a missing key (`_NOTHING`: nothing)."""
+        """What the engine puts at a missing key (`_NOTHING`: nothing)."""
         if isinstance(spec, dict):
-            return self.section({}, spec, path, quiet=True) if _fills(spec) else _NOTHING
+            return self.section({}, spec, path, quiet=True) if self.fills(spec, path) else _NOTHING
         if isinstance(spec, Alt):
-            option = next((o for o in spec.options if isinstance(o, dict) and _fills(o)), None)
+            option = next((o for o in spec.options if isinstance(o, dict) and self.fills(o, path)), None)
             return self.section({}, option, path, quiet=True) if option is not None else _NOTHING
         if isinstance(spec, ListOf):
             return _NOTHING
-        leaf = _as_leaf(spec)
-        if leaf.fate == USED:
-            return copy.deepcopy(leaf.default)
-        if leaf.fate == REFUSED and leaf.accepted[0] is not ABSENT:
-            return copy.deepcopy(leaf.accepted[0])
+        fate = self.fate(path, _as_leaf(spec))
+        if fate.kind == USED:
+            return copy.deepcopy(fate.default)
+        if fate.kind == REFUSED and fate.accepted[0] is not ABSENT:
+            return copy.deepcopy(fate.accepted[0])
         return _NOTHING
 
 
@@ -370,9 +391,9 @@ def walk(config, tree: dict | None = None, *, engine: str = "nemo", path: str = 
     """Check `config` against `tree` (default: `RUN_CONFIG`, NeMo RL's keys and the gdpo
     block) for the engine that will run it; every problem, one line each.
 
-    engine "nemo": unknown, missing and mistyped keys. engine "local": unknown and mistyped
-    keys, used keys outside the range the local engine implements, refused keys away from
-    their neutral values; nothing is missing: used and refused keys left out take their
+    engine "nemo": unknown, missing and mistyped keys. An engine of the tree ("local"):
+    unknown and mistyped keys, used keys outside the range its column says it implements,
+    refused keys away from their neutral values; nothing is missing: used and refused keys left out take their
     defaults in `Walk.config`, and `Walk.ignored` names the ignored keys present.
     """
     walker = _Walker(engine)

@@ -1,6 +1,6 @@
 """The run config's key tree, written down once as data: NeMo RL's GRPO config at the pinned
-commit, each key with its type, its fate on the local engine and the default that engine
-fills in, plus our ``gdpo:`` block. The one walker both engines check a config with, and
+commit, each key with its type and one column per engine (the key's fate on that engine and
+the default it fills in), plus our ``gdpo:`` block. The one walker both engines check a config with, and
 that reads the tree, is gdpo_nemo/config/key_walk.py.
 
 Pinned commit: NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909 (docs/nemo_rl.md). The key paths and types below were read from its config classes:
@@ -29,7 +29,9 @@ The data format (kept small so a reader can check it against the classes):
 - a leaf is a `Leaf`: NeMo RL's type of the value, a type string: ``int``, ``float`` (an int
   is accepted), ``bool``, ``str``, ``null``, ``dict`` (any mapping), ``list``, ``list[int]``,
   ``list[float]``, ``list[str]``, ``any``; alternatives joined by ``|`` (``"int|null"``); and
-  its fate on the local engine:
+  its column: a `Fate` per engine that walks the tree (`Engine.keys` "tree"; the nemo engine
+  walks NeMo RL's schema, the types and what NeMo RL requires, and has no cells). The
+  local engine's cells are written inline, as:
 
   - ``used(type, default, local)``: the local engine implements the key with NeMo RL's
     meaning; a missing key takes `default`; `local` (a check of gdpo_nemo.checks) is
@@ -41,6 +43,10 @@ The data format (kept small so a reader can check it against the classes):
   - a bare type string: ``ignored`` there (cluster-only or throughput-only settings: vLLM,
     Megatron, DTensor, Ray, ``cluster``, ...; and the data and environment plumbing the task
     replaces). Accepted when its type is right; the local engine names it in one note.
+
+  Another engine's cells come from its own package (`Engine.column`: key path -> `Fate`),
+  so a third engine adds a column without editing this tree; the gdpo block's leaves have one
+  cell for every engine (``"*"``: each uses every setting).
 - ``Alt(a, b, ...)`` is a choice among specs that may be sections; ``ListOf(section)`` is a
   list of sections.
 - ``WHEN_ENABLED`` (a key inside a section) lists keys that are required only when the
@@ -56,8 +62,8 @@ generation configs, refit transports, ``automodel_kwargs``). They are checked as
 docs/nemo_rl.md says so.
 
 The walker (`key_walk.walk(config, engine=...)`) reports every problem of a config against this
-tree, one line each by key path; on ``engine="local"`` it fills the defaults of used and
-refused keys and names the ignored keys present (gdpo_nemo/config/key_walk.py says how).
+tree, one line each by key path; on an engine of the tree (``engine="local"``) it fills the
+defaults of used and refused keys from that engine's column and names the ignored keys present (gdpo_nemo/config/key_walk.py says how).
 """
 
 from __future__ import annotations
@@ -78,7 +84,9 @@ __all__ = [
     "TREE",
     "USED",
     "WHEN_ENABLED",
+    "IGNORE",
     "Alt",
+    "Fate",
     "Leaf",
     "ListOf",
     "refused",
@@ -109,35 +117,57 @@ BASE = _Base()
 
 
 @dataclass(frozen=True)
+class Fate:
+    """What one engine does with a key: its cell in the key's column.
+
+    kind: USED, IGNORED or REFUSED.
+    default: USED: the value the engine fills in when the key is left out.
+    local: USED: the values the engine implements (a check), where they are not just the
+    type's; None: any value of the type.
+    accepted: REFUSED: the neutral values the engine accepts (`ABSENT`: leaving it out).
+    """
+
+    kind: str = IGNORED
+    default: Any = None
+    local: Check | None = None
+    accepted: tuple = ()
+
+
+IGNORE = Fate()  # the cell of an engine a key names no fate for
+
+
+@dataclass(frozen=True)
 class Leaf:
-    """One key of the tree.
+    """One key of the tree: NeMo RL's type of the value and one column per engine.
 
     type: NeMo RL's type of the value (a type string, see the module docstring), or for the
     gdpo block the settings check (a callable: None for a good value, else what is accepted).
-    fate: what the local engine does with the key: USED, IGNORED or REFUSED.
-    default: USED: the value the local engine fills in when the key is left out.
-    local: USED: the values the local engine implements (a check), where they are not just
-    the type's; None: any value of the type.
-    accepted: REFUSED: the neutral values the local engine accepts (`ABSENT`: leaving it out).
+    fates: engine name -> its `Fate` of the key, as ((name, fate), ...); the name ``"*"`` is
+    every engine that names none of its own; an engine in neither ignores the key. An engine
+    whose keys are NeMo RL's schema (gdpo_nemo.config.engines.Engine.keys) reads the type
+    and what NeMo RL requires; it has no cells here. An engine may also bring its column from
+    its own package (`Engine.column`), which comes before this one.
     """
 
     type: Any
-    fate: str = IGNORED
-    default: Any = None
-    local: Check | None = None
-    accepted: tuple = field(default=())
+    fates: tuple = ()
+
+    def fate(self, engine: str) -> Fate:
+        """`engine`'s cell of this key's column."""
+        cells = dict(self.fates)
+        return cells.get(engine, cells.get("*", IGNORE))
 
 
 def used(type_: str, default: Any, local: Check | None = None) -> Leaf:
     """A key the local engine implements: missing, it takes `default`; `local` is the range
     it implements when narrower or other than `type_`."""
-    return Leaf(type_, USED, default, local)
+    return Leaf(type_, (("local", Fate(USED, default, local)),))
 
 
 def refused(type_: str, *accepted) -> Leaf:
     """A key the local engine does not implement: accepted only at `accepted` (the first fills
     a missing key unless it is `ABSENT`)."""
-    return Leaf(type_, REFUSED, accepted=accepted)
+    return Leaf(type_, (("local", Fate(REFUSED, accepted=accepted)),))
 
 
 @dataclass(frozen=True)
@@ -611,10 +641,11 @@ def _derive_defaults(section: dict, values, prefix: str = "") -> None:
             continue
         name = key.rstrip("?")
         value = values.get(name, ABSENT) if isinstance(values, dict) else ABSENT
-        if isinstance(spec, Leaf) and spec.default is BASE:
+        if isinstance(spec, Leaf) and any(fate.default is BASE for _, fate in spec.fates):
             if value is ABSENT or (isinstance(value, str) and ("${" in value or value == "???")):
                 raise RuntimeError(f"{prefix}{name}: its default is configs/base.yaml's, which has no plain value there")
-            section[key] = replace(spec, default=value)
+            fates = tuple((who, replace(fate, default=value) if fate.default is BASE else fate) for who, fate in spec.fates)
+            section[key] = replace(spec, fates=fates)
         elif isinstance(spec, dict):
             _derive_defaults(spec, value, f"{prefix}{name}.")
         elif isinstance(spec, Alt):
@@ -664,7 +695,7 @@ def _settings_section(table: dict, required: bool) -> dict:
             out[f"{name}?"] = _settings_section(spec, required=False)
         else:
             default, check = spec
-            out[name if required else f"{name}?"] = Leaf(check, USED, default)
+            out[name if required else f"{name}?"] = Leaf(check, (("*", Fate(USED, default)),))
     return out
 
 

@@ -268,10 +268,11 @@ def test_what_the_local_engine_fills_in_is_nemo_rls_own_default_where_it_has_one
     from nemo_rl.algorithms.grpo import MasterConfig
 
     theirs = _pydantic_defaults(MasterConfig)
+    local = {path: leaf.fate("local") for path, leaf in key_walk.leaves()}  # the local engine's column
     ours = {
-        path: leaf.default if leaf.fate == nemo_keys.USED else leaf.accepted[0]
-        for path, leaf in key_walk.leaves()
-        if leaf.fate == nemo_keys.USED or (leaf.fate == nemo_keys.REFUSED and leaf.accepted[0] is not nemo_keys.ABSENT)
+        path: fate.default if fate.kind == nemo_keys.USED else fate.accepted[0]
+        for path, fate in local.items()
+        if fate.kind == nemo_keys.USED or (fate.kind == nemo_keys.REFUSED and fate.accepted[0] is not nemo_keys.ABSENT)
     }
     compared = sorted(set(ours) & set(theirs))
     assert len(compared) >= 40  # grpo, loss_fn, reward_penalties, on_policy_distillation
