@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import re
+
+import yaml
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,3 +171,29 @@ def test_metric_keys_are_spelled_in_one_module():
             if spelled.match(text):
                 found.append(f"{relative}:{node.lineno}: {text!r}")
     assert found == [], "\n".join(found)
+
+
+def test_the_builtin_model_names_are_spelled_in_one_module():
+    # Issue 47: the embedded models were named in 4 places with 2 spellings ("smollm2" on the
+    # nemo CPU path, "smollm2-135m" on the local engine); every reader now imports them.
+    from gdpo_nemo import builtin_models
+
+    names = set(builtin_models.BUILTIN_MODELS) | {"smollm2"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative == "gdpo_nemo/builtin_models.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                bare = node.value.removeprefix(builtin_models.BUILTIN_PREFIX)
+                if bare in names:
+                    found.append(f"{relative}:{node.lineno}: {node.value!r}")
+    assert found == [], "\n".join(found)
+    from gdpo_nemo.commands.nemo_smoke import MODEL_SHAPES
+    from gdpo_nemo.engines.nemo.cpu.models import MODELS
+    from gdpo_nemo.engines.nemo.engine import CPU_MODELS
+
+    assert set(MODELS) == set(CPU_MODELS) == set(MODEL_SHAPES) == set(builtin_models.BUILTIN_MODELS)
+    configs = {yaml.safe_load(path.read_text())["policy"]["model_name"] for path in (REPO / "configs" / "model").glob("*.yaml")}
+    assert {builtin_models.BUILTIN_PREFIX + name for name in builtin_models.BUILTIN_MODELS} <= configs

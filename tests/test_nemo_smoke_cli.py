@@ -69,7 +69,7 @@ def test_a_bad_override_names_its_key(run_yaml, tmp_path):
 def test_without_nemo_rl_the_command_hands_over_to_venv_nemo_and_refuses_a_bad_model(run_yaml, tmp_path):
     done = _smoke(run_yaml, "--model", "no-such-model", "--run-dir", tmp_path / "run")
     assert done.returncode == 2, done.stderr
-    assert "--model 'no-such-model': expected one of tiny, smollm2 or a local Hugging Face checkpoint folder" in done.stderr
+    assert "--model 'no-such-model': expected one of tiny, smollm2-135m or a local Hugging Face checkpoint folder" in done.stderr
     assert "NeMo RL is not importable" not in done.stderr  # it ran in .venv-nemo
 
 
@@ -132,7 +132,7 @@ def test_what_needs_no_nemo_rl_is_refused_in_one_line_before_the_hand_over(tmp_p
     # checked in the Python that was called: one line, nothing else on the terminal.
     from gdpo_nemo import cli
 
-    for args, message in ((["--model", "nope"], "--model 'nope': expected one of tiny, smollm2 or a local Hugging Face checkpoint folder"),
+    for args, message in ((["--model", "nope"], "--model 'nope': expected one of tiny, smollm2-135m or a local Hugging Face checkpoint folder"),
                           (["--steps", "0"], "--steps 0: must be at least 1"),
                           (["--generations", "0"], "--generations 0: must be at least 1"),
                           (["--val-period", "-1"], "--val-period -1: must be 0 (never) or more")):
@@ -164,10 +164,10 @@ def test_the_smollm2_defaults_are_the_shape_whose_rewards_move_and_flags_win():
                                      "val_period": 1, "max_gen_batches": None, **flags})
         return (_size(args).generations, _size(args).max_new_tokens)
 
-    assert MODEL_SHAPES == {"tiny": (2, 32), "smollm2": (4, 64)}
-    assert size() == (2, 32) and size(model="smollm2") == (4, 64)
+    assert MODEL_SHAPES == {"tiny": (2, 32), "smollm2-135m": (4, 64)}
+    assert size() == (2, 32) and size(model="smollm2-135m") == (4, 64)
     assert size(model="/some/checkpoint") == (4, 64)  # a real model: the shape that moves
-    assert size(model="smollm2", generations=8) == (8, 64) and size(max_new_tokens=16) == (2, 16)
+    assert size(model="smollm2-135m", generations=8) == (8, 64) and size(max_new_tokens=16) == (2, 16)
 
 
 def test_the_dapo_stop_says_which_flags_to_raise():

@@ -169,7 +169,7 @@ def test_a_cpu_profile_naming_a_model_folder_that_is_not_there_is_refused_before
     for mode in ("--submit", "--dry-run"):  # the dry run checks what the submission would
         rc, out, err = sweep(capsys, "math", "--cluster", str(path), mode, "--sweep-dir", tmp_path / "s")
         assert rc == 2 and err.strip().count("\n") == 0, (mode, err)
-        assert f"nemo_cpu.model {str(tmp_path / 'no_model')!r} is not tiny, smollm2 or a model folder" in err
+        assert f"nemo_cpu.model {str(tmp_path / 'no_model')!r} is not tiny, smollm2-135m or a model folder" in err
         assert not (tmp_path / "s" / "manifest.json").exists() and not (tmp_path / "s" / "jobs").exists()
 
 

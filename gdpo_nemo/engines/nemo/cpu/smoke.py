@@ -166,12 +166,12 @@ def _batch(c: dict, changes: list, notes: list, size: SmokeSize, tiny_model: boo
     if tiny_model:
         notes.append("builtin:tiny has random weights: its answers are noise, so each reward stays at what malformed"
                          " text earns (not always 0: toolcall's correctness is -3, math's length 1) and every advantage"
-                         " is 0; the run checks the machinery (--model smollm2 for rewards that move on math; on"
+                         " is 0; the run checks the machinery (--model smollm2-135m for rewards that move on math; on"
                          " gsm8k and tool calling SmolLM2 rarely meets the format before the local engine's warm start)")
     if tiny_model and get_path(c, "grpo.use_dynamic_sampling"):
         _set(c, "grpo.use_dynamic_sampling", False, changes)
         notes.append("grpo.use_dynamic_sampling turned off: builtin:tiny's rewards do not vary, so DAPO would only"
-                         " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2)")
+                         " redraw until its limit (pass grpo.use_dynamic_sampling=true to keep it, or --model smollm2-135m)")
     configured = int(get_path(c, "grpo.dynamic_sampling_max_gen_batches") or 1)
     _set(c, "grpo.dynamic_sampling_max_gen_batches", min(configured, int(size.max_gen_batches)), changes)
 
