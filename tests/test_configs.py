@@ -164,8 +164,8 @@ def test_run_names_directories_and_wandb_group_come_from_the_run_id(toolcall_gdp
     assert toolcall_gdpo["logger"]["wandb"]["name"] == name
     assert toolcall_gdpo["logger"]["wandb"]["group"] == name.rsplit("__", 1)[0]
     monkeypatch.setenv("GDPO_RUNS_DIR", "/scratch/runs")
-    local = cc.compose("gsm8k", "tiny", "grpo", seed=3)  # the local engine appends the run id itself
-    assert local["logger"]["log_dir"] == "/scratch/runs"
+    local = cc.compose("gsm8k", "tiny", "grpo", seed=3)  # the run dir on every engine
+    assert local["logger"]["log_dir"] == "/scratch/runs/adhoc__gsm8k__tiny__grpo__seed3"
     assert local["checkpointing"]["checkpoint_dir"] == "/scratch/runs/adhoc__gsm8k__tiny__grpo__seed3/checkpoints"
 
 

@@ -57,8 +57,6 @@ def test_each_engine_provides_the_contract_and_its_entries_are_real():
 
 def test_the_behaviour_each_engine_gives_is_its_own():
     local, nemo = ENGINES["local"], ENGINES["nemo"]
-    run_dir, root = Path("/r/runs/x"), Path("/r/runs")
-    assert (local.log_dir(run_dir, root), nemo.log_dir(run_dir, root)) == (root, run_dir)
     assert local.cluster_problems({}, 2, 0) and not local.cluster_problems({}, 1, 8)
     assert nemo.cluster_problems({"cluster": {"num_nodes": 2, "gpus_per_node": 8}}, 2, 8) == []
     assert local.native_check(None) is None and nemo.native_check(None).owner == "NeMo RL"

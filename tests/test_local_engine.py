@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config
@@ -442,3 +443,25 @@ def test_a_cache_folder_another_process_finished_first_stays_and_no_temporary_is
     assert save_folder(model, tokenizer, target, records={"made.json": {"by": "second"}}) == target
     assert json.loads((target / "made.json").read_text()) == {"by": "first"}
     assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]
+
+
+def test_train_of_a_composed_config_runs_in_its_log_dir_which_is_the_run_dir(tmp_path, monkeypatch):
+    """Issue 47: `logger.log_dir` meant the runs' root on the local engine and the run dir on
+    the nemo engine; a composed config names the run dir on both, and `gdpo-nemo train` of it
+    without --run-dir trains there, not in <run dir>/<run id>."""
+    monkeypatch.setenv("GDPO_RUNS_DIR", str(tmp_path / "runs"))
+    from gdpo_nemo import config as run_config
+    from gdpo_nemo.commands.train import default_run_dir
+
+    composed = run_config.compose("gsm8k", "tiny", "gdpo", seed=1)
+    name = "adhoc__gsm8k__tiny__gdpo__seed1"
+    assert composed["logger"]["log_dir"] == str(tmp_path / "runs" / name) == str(default_run_dir(composed))
+    assert default_run_dir(dict(composed, logger={"log_dir": "runs"})) == Path("runs") / name  # a runs' root
+    # trained as a user would, with a log_dir that is the run dir (the tiny config, made small)
+    run_dir = tmp_path / "runs" / "test__gsm8k__tiny__gdpo__seed7"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config", str(TINY),
+                           f"logger.log_dir={run_dir}", "grpo.max_num_steps=1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "DONE").exists() and not (run_dir / run_dir.name).exists()

@@ -146,7 +146,7 @@ def summary_markdown(summary: pd.DataFrame, title: str = "Final values per metho
         return "\n".join(lines + ["No `train/reward*` or `validation/reward*` metrics in the source.", ""])
     for (experiment, task, model), group in summary.groupby(["experiment", "task", "model"]):
         metrics = sorted(group["metric"].unique(), key=_metric_order)
-        trained = group["metric"].str.startswith(mn.train(""))
+        trained = group["metric"].str.startswith(mn.prefix(mn.TRAIN))
         window = int(group.loc[trained, "steps"].max()) if trained.any() else 1
         lines += [f"**{experiment} / {task} / {model}**: mean ± std over runs [95 % t interval of the mean] n runs; "
                   f"`train/*` is each run's mean over its last {window} logged step(s), `validation/*` its last evaluation.", "",

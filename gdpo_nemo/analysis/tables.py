@@ -400,7 +400,7 @@ def final_values(dataset: Dataset, *, window: float = 0.1, include_incomplete: b
     m = m.astype({c: str for c in ("run_id", "experiment", "task", "model", "algo", "metric")})
     rank = m.groupby(["run_id", "metric"])["step"].rank(ascending=False, method="first")
     count = m.groupby(["run_id", "metric"])["step"].transform("size")
-    width = np.where(m["metric"].str.startswith(mn.train("")), np.maximum(1, np.ceil(count * window)), 1)
+    width = np.where(m["metric"].str.startswith(mn.prefix(mn.TRAIN)), np.maximum(1, np.ceil(count * window)), 1)
     keep = (rank <= width).to_numpy()
     tail = m[keep].assign(width=width[keep])
     out = tail.groupby([*GROUP, "algo", "seed", "run_id", "metric"], dropna=False).agg(

@@ -116,8 +116,7 @@ def compose(
     The NeMo RL keys that restate the gdpo block (grpo.adv_estimator, ...) and the run's
     names and directories (logger.log_dir = $GDPO_RUNS_DIR/<run id>, W&B name and group,
     checkpoint dir) are derived after composition unless an override sets them. The run dir
-    is $GDPO_RUNS_DIR/<run id> (default runs/<run id>): logger.log_dir itself for the nemo
-    engine, its parent for the local engine (`gdpo-nemo train` appends the run id).
+    is $GDPO_RUNS_DIR/<run id> (default runs/<run id>): logger.log_dir itself, on every engine.
     Returns a plain dict. Raises ConfigError naming the key path of every problem.
     """
     for group, value in (("task", task), ("model", model), ("algo", algo), ("cluster", cluster)):

@@ -194,14 +194,11 @@ def derive(config: dict, keep: Iterable[str]) -> None:
     run_id = run_id_of(config)
     runs_root = Path(os.environ.get(RUNS_DIR_ENV, "runs"))
     run_dir = runs_root / run_id.name
-    # What logger.log_dir names is the engine's: the run dir (NeMo RL writes its logs there
-    # itself) or the runs' root (`gdpo-nemo train` puts a run in <logger.log_dir>/<run id>).
-    log_dir = ENGINES[gdpo["engine"]].log_dir(run_dir, runs_root)
     values = {
         "grpo.adv_estimator": adv,
         "grpo.normalize_rewards": adv["normalize_rewards"],
         "grpo.use_leave_one_out_baseline": adv["use_leave_one_out_baseline"],
-        "logger.log_dir": str(log_dir),
+        "logger.log_dir": str(run_dir),  # the run dir on every engine
         "logger.wandb.name": run_id.name,
         "logger.wandb.group": run_id.group,
         "checkpointing.checkpoint_dir": str(checkpoints_dir(run_dir)),

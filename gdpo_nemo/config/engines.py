@@ -15,7 +15,7 @@ sweep) ask it through this interface, never by its name:
   or refused away from its neutral value; left-out keys filled); `fate` reads its cell of a
   key: from `column` (key path -> Fate, the engine's own package) where that names the key,
   else from the tree's column under the engine's name;
-- its run config: `log_dir` (what ``logger.log_dir`` names), `drop_unread_keys`,
+- its run config (whose ``logger.log_dir`` is the run dir on every engine): `drop_unread_keys`,
   `dataset_block_problems` and `config_problems` (what it cannot run, as lines naming the
   key), `cluster_problems` (the config against a Slurm request), `native_check` (the check
   of its configs by its own code, where it has one: NeMo RL's MasterConfig);
@@ -76,10 +76,6 @@ class Engine:
         return getattr(importlib.import_module(module), function)
 
     # -- the run config ---------------------------------------------------------------
-    def log_dir(self, run_dir: Path, runs_root: Path) -> Path:
-        """What ``logger.log_dir`` names for a run placed at `run_dir` under `runs_root`."""
-        return run_dir
-
     def drop_unread_keys(self, config: dict, keep: set[str]) -> None:
         """Remove from a composed `config` keys the engine would refuse and never reads (not
         those in `keep`: set by the user, so the checks report them)."""

@@ -83,6 +83,11 @@ def components(metrics: Iterable[str], family: str) -> list[str]:
     return list(dict.fromkeys(c for c in (component(m, family) for m in metrics) if c is not None))
 
 
+def prefix(split: str) -> str:
+    """``<split>/``: what every key of `split` (TRAIN, VALIDATION) starts with."""
+    return f"{split}/"
+
+
 def is_split(metric: str, split: str) -> bool:
     """Whether `metric` is one of `split`'s keys (``train/...``)."""
-    return metric.startswith(f"{split}/")
+    return metric.startswith(prefix(split))

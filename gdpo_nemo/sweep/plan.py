@@ -93,9 +93,8 @@ def select(run_ids: list[RunId], filters: dict[str, set[str]]) -> list[RunId]:
 
 
 def place_run(config: dict, run_id: RunId, run_dir: Path) -> None:
-    """Point a composed run config at its run dir and name its W&B run and group after the run id
-    (``logger.log_dir`` is the run dir here on every engine: the jobs and the study runner give
-    the local engine its run dir explicitly, and committed run configs hold that value)."""
+    """Point a composed run config at its run dir (``logger.log_dir``, on every engine) and name
+    its W&B run and group after the run id."""
     config["logger"]["log_dir"] = str(run_dir)
     wandb = config["logger"].setdefault("wandb", {})
     # NeMo RL passes logger.wandb to wandb.init as keyword arguments, group included

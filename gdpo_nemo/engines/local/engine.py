@@ -2,7 +2,7 @@
 
 One process on one node, CPU or one GPU: its configs are checked against the key tree's fates
 (each NeMo RL key used in a range, ignored, or refused away from its neutral value), a run lives
-in ``<logger.log_dir>/<run id>``, and its Slurm job (slurm/templates/local.sbatch) runs
+in ``logger.log_dir`` (the run dir, as on every engine), and its Slurm job (slurm/templates/local.sbatch) runs
 `gdpo-nemo train`, resuming from the run dir's newest checkpoint. Import-light: no torch.
 """
 
@@ -27,10 +27,6 @@ class LocalEngine(Engine):
     keys = "tree"
     template = "local.sbatch"
     evaluation_jobs = True
-
-    def log_dir(self, run_dir: Path, runs_root: Path) -> Path:
-        # `gdpo-nemo train` puts a run in <logger.log_dir>/<run id>: the runs' root.
-        return runs_root
 
     def job_values(self, profile, *, run_dir: Path, config_path: Path, sweep_dir: Path, workdir: Path,
                    gpus_per_node: int, overrides: tuple[str, ...] = ()) -> dict[str, str]:

@@ -54,9 +54,6 @@ class NemoEngine(Engine):
     evaluation_jobs = False
 
     # -- the run config ---------------------------------------------------------------
-    def log_dir(self, run_dir: Path, runs_root: Path) -> Path:
-        return run_dir  # NeMo RL writes its logs into logger.log_dir itself: that is the run dir
-
     def drop_unread_keys(self, config: dict, keep: set[str]) -> None:
         """Remove `data_path` from our dataset blocks whose source is "offline" (the task's
         generated set reads no file), unless an override set it (then the checks refuse the
