@@ -45,7 +45,7 @@ MUTANTS = [
            "        m = n - 1  # number of group-mates of each sample\n", "        m = n\n",
            ("tests/test_advantages.py", "tests/test_nemo_estimator_leave_one_out.py")),
     Mutant("GDPO without its batch norm", "gdpo_nemo/estimators/general.py",
-           "    return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale)\n",
+           "    return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale, sum_terms(rewards.shape[1]))\n",
            "    return advantage_sum\n", ("tests/test_advantages.py",)),
     Mutant("dense path std without Bessel", "gdpo_nemo/estimators/dense.py",
            ".div_(size - options.std_ddof)", ".div_(size)", ("tests/test_dense_kernel.py", "tests/test_advantages.py")),
@@ -56,7 +56,7 @@ MUTANTS = [
            "weights = _weight_vector(names, options.reward_weights, device)", "weights = _weight_vector(names, None, device)",
            ("tests/test_advantages.py",)),
     Mutant("constant groups only when exactly equal", "gdpo_nemo/estimators/groups.py",
-           "((hi - lo) <= tolerance * torch.maximum(hi.abs(), lo.abs()))", "(hi == lo)",
+           "    return (hi <= lo) | ((hi - lo) <= tolerance * magnitude)\n", "    return hi <= lo\n",
            ("tests/test_advantages.py", "tests/test_estimator_defects.py", "tests/test_collapse.py")),
     Mutant("strict verl GRPO drops the weights", "gdpo_nemo/estimators/strict.py",
            "scores = scores + weight[k] * values[:, k]", "scores = scores + values[:, k]",
@@ -131,8 +131,8 @@ MUTANTS = [
            "        state.generated = [_unfiltered_rewards(repeated_batch)]\n",
            ("tests/nemo_tier/test_grpo_train_hooks.py",)),
     Mutant("filtered family over the unfiltered samples", "gdpo_nemo/engines/nemo/metrics.py",
-           'metrics = reward_family("filtered_reward", components, trained["filtered_reward"], adjusted=adjusted)',
-           'metrics = reward_family("filtered_reward", reward_components(generated or trained), trained["filtered_reward"], adjusted=adjusted)',
+           'metrics = reward_family(mn.FILTERED_REWARD, components, trained["filtered_reward"], adjusted=adjusted)',
+           'metrics = reward_family(mn.FILTERED_REWARD, reward_components(generated or trained), trained["filtered_reward"], adjusted=adjusted)',
            ("tests/nemo_tier/test_grpo_train_hooks.py",)),
 ]
 
