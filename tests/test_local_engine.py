@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
 from gdpo_nemo.engines.local.config import check_config, load_run_config

@@ -16,8 +16,9 @@ config with it, and the tests and the composer read the tree through it.
 - `check_against_schema(config, schema)`: `walk`'s problems on engine "nemo", for a section
   of the tree or a schema of the same notation (the ``env.<name>`` blocks).
 - `leaves()`, `has_key(path)`, `types()`, `column(engine)`: the tree read as (key path, Leaf)
-  pairs, as a set of key paths, in the type notation alone, and as one engine's column (what tests/nemo_tier/test_schema_parity.py
-  compares with NeMo RL's classes).
+  pairs, as a set of key paths, in the type notation alone (what
+  tests/nemo_tier/test_schema_parity.py compares with NeMo RL's classes), and as one engine's
+  column.
 
 The notation walked (sections, `Leaf`, `Alt`, `ListOf`, ``WHEN_ENABLED``, the fates USED,
 IGNORED, REFUSED) is described in gdpo_nemo/config/nemo_keys.py's docstring.
@@ -273,7 +274,7 @@ class _Walker:
     def fate(self, path: str, leaf: Leaf):
         """The engine's cell of the key at `path` (a list item's keys: the list's path, as
         `leaves` names them)."""
-        return self.spec.fate(re.sub(r"\[\d+\]", "", path), leaf)
+        return self.spec.fate(re.sub(r"\[\d+\]", "", path) if "[" in path else path, leaf)
 
     def inert(self, spec, path: str) -> bool:
         """Nothing under `spec` is used or refused by this engine: it ignores the whole key."""
@@ -315,9 +316,10 @@ class _Walker:
         return copy.deepcopy(value)
 
     def alt(self, value, spec: Alt, path: str, quiet: bool):
-        fill = next((o for o in spec.options if isinstance(o, dict) and self.fills(o, path)), None)
-        if self.local and value is None and fill is not None:
-            return self.section({}, fill, path, quiet)  # null: the engine's defaults, as if left out
+        if self.local and value is None:
+            fill = next((o for o in spec.options if isinstance(o, dict) and self.fills(o, path)), None)
+            if fill is not None:
+                return self.section({}, fill, path, quiet)  # null: the engine's defaults, as if left out
         trials = []
         for option in spec.options:
             trial = _Walker(self.engine)
@@ -393,8 +395,9 @@ def walk(config, tree: dict | None = None, *, engine: str = "nemo", path: str = 
 
     engine "nemo": unknown, missing and mistyped keys. An engine of the tree ("local"):
     unknown and mistyped keys, used keys outside the range its column says it implements,
-    refused keys away from their neutral values; nothing is missing: used and refused keys left out take their
-    defaults in `Walk.config`, and `Walk.ignored` names the ignored keys present.
+    refused keys away from their neutral values; nothing is missing: used and refused keys
+    left out take their defaults in `Walk.config`, and `Walk.ignored` names the ignored keys
+    present.
     """
     walker = _Walker(engine)
     if not isinstance(config, dict):

@@ -1,7 +1,7 @@
 """The run config's key tree, written down once as data: NeMo RL's GRPO config at the pinned
 commit, each key with its type and one column per engine (the key's fate on that engine and
-the default it fills in), plus our ``gdpo:`` block. The one walker both engines check a config with, and
-that reads the tree, is gdpo_nemo/config/key_walk.py.
+the default it fills in), plus our ``gdpo:`` block. The one walker both engines check a
+config with, and that reads the tree, is gdpo_nemo/config/key_walk.py.
 
 Pinned commit: NVIDIA-NeMo/RL 7ea279abfbeb698b092856d0dab61e7cf39bc909 (docs/nemo_rl.md). The key paths and types below were read from its config classes:
 ``MasterConfig``, ``GRPOConfig``, ``AdvEstimatorConfig``, ``RewardShapingConfig``,
@@ -63,12 +63,13 @@ docs/nemo_rl.md says so.
 
 The walker (`key_walk.walk(config, engine=...)`) reports every problem of a config against this
 tree, one line each by key path; on an engine of the tree (``engine="local"``) it fills the
-defaults of used and refused keys from that engine's column and names the ignored keys present (gdpo_nemo/config/key_walk.py says how).
+defaults of used and refused keys from that engine's column and names the ignored keys
+present (gdpo_nemo/config/key_walk.py says how).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gdpo_nemo.builtin_models import BUILTIN_PREFIX, SMOLLM2
@@ -155,8 +156,13 @@ class Leaf:
 
     def fate(self, engine: str) -> Fate:
         """`engine`'s cell of this key's column."""
-        cells = dict(self.fates)
-        return cells.get(engine, cells.get("*", IGNORE))
+        every = IGNORE
+        for who, fate in self.fates:
+            if who == engine:
+                return fate
+            if who == "*":
+                every = fate
+        return every
 
 
 def used(type_: str, default: Any, local: Check | None = None) -> Leaf:

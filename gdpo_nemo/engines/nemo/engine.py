@@ -18,9 +18,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gdpo_nemo.builtin_models import SMOLLM2, TINY
 from gdpo_nemo.config.derive import DATASET_CLASS, get_path
 from gdpo_nemo.config.engines import Engine, register_engine
+from gdpo_nemo.engines.nemo.cpu.models import MODELS as CPU_MODELS  # import-light: no torch
 from gdpo_nemo.layout import REPO_ROOT
 from gdpo_nemo.runs import metric_names as mn
 
@@ -35,7 +35,6 @@ NEMO_REQUIRED = ("container", "nemo_rl_dir")
 _NGC_RELEASE = re.compile(r"nemo-rl:v?(\d+)\.(\d+)(?:\.(\d+))?")
 PINNED_NEMO_RL_VERSION = (0, 6, 0)
 # The CPU path's built-in models (`gdpo-nemo nemo-smoke --model`), besides a model folder.
-CPU_MODELS = (TINY, SMOLLM2)  # the CPU path's built-in models (engines/nemo/cpu/models.MODELS)
 # Keys the CPU path only bounds for cost: an experiment's override of one reaches the job as
 # an override of its own, which wins over the bound (the run config already holds it).
 CPU_BOUNDED_KEYS = ("grpo.dynamic_sampling_max_gen_batches",)
