@@ -14,6 +14,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# One OpenMP thread per process (torch's intra-op pool and oneMKL's follow it), inherited by
+# every process the tests start: the suite runs two pytest-xdist workers on two cores, and a
+# torch process on torch's default (a thread per core) beside the other worker spins its
+# threads at every parallel region against a busy core. Measured on SmolLM2's eval end to end
+# (benchmarks/bench_suite_threads.py): several times the CPU time for the same work. A run
+# config that names gdpo.local.num_threads still gets it (torch.set_num_threads wins over
+# the variable), so no number a test compares changes. A value given to the suite is kept.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
 # The CPU code paths (gdpo_nemo.runs.cpu_pins): the suite runs on torch's native kernels, twice
 # as fast for its SmolLM2 steps as the pins, which it needs only where a test checks what a
 # user's run computes by default; those tests start their processes in

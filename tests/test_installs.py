@@ -110,7 +110,7 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
     assert xdist_scope("tests/nemo_tier/test_entry_point.py::test_a[x]") == "nemo_tier"
     assert xdist_scope("tests/nemo_tier/test_release.py::test_d") == "nemo_tier_release"
     assert xdist_scope("tests/slurm/test_journey_on_slurm.py::test_b") == "slurm"
-    assert xdist_scope("tests/test_run_id.py::test_c") == "tests/test_run_id.py::test_c"
+    assert xdist_scope("tests/test_run_id.py::test_c") == "tests/test_run_id.py"  # a file stays whole
 
     class Config:
         option = SimpleNamespace(loadscopereorder=True)
@@ -134,7 +134,7 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
     assert pytest_xdist_make_scheduler(Config("load"), None) is None  # other --dist modes: xdist's own
     collection = [f"tests/nemo_tier/test_{i % 3}.py::t{i}" for i in range(9)] + \
                  [f"tests/slurm/test_{i % 2}.py::t{i}" for i in range(6)] + [f"tests/test_x{i}.py::t" for i in range(12)] + \
-                 [f"tests/nemo_tier/test_release.py::t{i}" for i in range(3)]
+                 [f"tests/nemo_tier/test_release.py::t{i}" for i in range(3)] + [f"tests/test_many.py::t{i}" for i in range(4)]
     scheduler = pytest_xdist_make_scheduler(Config("loadgroup"), None)
     workers = [Worker("gw0"), Worker("gw1")]
     for worker in workers:
@@ -154,4 +154,5 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
         group = [n for n in collection if n.startswith(folder) and (n.startswith("tests/nemo_tier/test_release") ==
                                                                      folder.endswith("test_release.py"))]
         assert len({ran_on[n] for n in group}) == 1, (folder, ran_on)
-    assert {ran_on[n] for n in collection[15:27]} == {"gw0", "gw1"}  # the rest is shared out
+    assert {ran_on[n] for n in collection[15:27]} == {"gw0", "gw1"}  # the rest is shared out, file by file
+    assert len({ran_on[n] for n in collection if n.startswith("tests/test_many.py")}) == 1  # a file's tests on one worker

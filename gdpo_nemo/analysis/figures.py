@@ -44,8 +44,7 @@ def _pyplot():
     return plt
 
 
-# The registry (gdpo_nemo.estimators) is imported inside these functions: it imports torch,
-# which loading a report's modules does not otherwise need.
+# The registry (gdpo_nemo.estimators) is imported inside these functions, on first use.
 
 
 def algo_label(algo: str) -> str:

@@ -61,7 +61,7 @@ COMPUTED_BY = ("nemo_rl", "gdpo_nemo")
 
 def estimator_registry():
     """{name: EstimatorInfo} of gdpo_nemo.estimators' registry, the one list of estimators
-    (imported on first use: it imports torch)."""
+    (imported on first use; torch-free: gdpo_nemo.estimators.builtin)."""
     from gdpo_nemo.estimators import ESTIMATORS  # with the built-ins registered
 
     return ESTIMATORS

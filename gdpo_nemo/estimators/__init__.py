@@ -57,7 +57,7 @@ Semantics shared by all estimators, each taken from a peer (``preset`` reproduce
 
 The package: ``options`` (AdvantageOptions, presets; torch-free), ``registry`` (the
 estimators' metadata; torch-free), ``groups`` (prompt groups and their one statistic),
-``general`` (the built-in estimators), ``dense`` and ``kernel`` (the fast path for
+``general`` (the built-in estimators; ``builtin``: their torch-free registry entries), ``dense`` and ``kernel`` (the fast path for
 equal-size groups in order), ``strict`` (peers' own arithmetic), ``compute``
 (``compute_advantages``) and ``collapse`` (counting distinct advantage groups, Fig. 2-3).
 """
@@ -68,8 +68,8 @@ import importlib
 from typing import Any
 
 # Each public name and its module. Resolved on first use (PEP 562), so that importing the
-# torch-free modules (options, registry) does not import torch with this package; every
-# name of registry, general and compute comes with the built-in estimators registered.
+# torch-free modules (options, registry, builtin) does not import torch with this package;
+# every name of registry, general and compute comes with the built-in estimators registered.
 _HOMES = {
     "AdvantageOptions": "options",
     "PRESETS": "options",
@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'gdpo_nemo.estimators' has no attribute {name!r}")
     if home != "options":
-        importlib.import_module("gdpo_nemo.estimators.general")  # registers the built-ins
+        importlib.import_module("gdpo_nemo.estimators.builtin")  # registers the built-ins (torch-free)
     value = getattr(importlib.import_module(f"gdpo_nemo.estimators.{home}"), name)
     globals()[name] = value
     return value

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.errors import UserError
-from gdpo_nemo.estimators import general  # noqa: F401  (the built-in estimators, registered)
+from gdpo_nemo.estimators import builtin  # noqa: F401  (the built-in estimators, registered)
 from gdpo_nemo.estimators.groups import group_extremes, group_rows
 from gdpo_nemo.estimators.registry import ESTIMATORS, estimator_info
 

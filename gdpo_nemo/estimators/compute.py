@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from gdpo_nemo.errors import UserError
+from gdpo_nemo.estimators import builtin  # noqa: F401  (the built-in estimators, registered)
 from gdpo_nemo.estimators import kernel
 from gdpo_nemo.estimators.dense import dense_advantages, dense_group_size, kernel_advantages
 from gdpo_nemo.estimators.general import RewardOverflow

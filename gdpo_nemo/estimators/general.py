@@ -1,6 +1,8 @@
 """The built-in estimators (paper Eqs. 1-6) on the general path: any group sizes and order,
 NaN components, leave-one-out, batch scaling, a token mask. Each is a small pure function
-over [B, K] float64 rewards, registered with its metadata (gdpo_nemo.estimators.registry).
+over [B, K] float64 rewards; gdpo_nemo.estimators.builtin registers them with their metadata
+(torch-free: a config names an estimator without importing torch), and the registry's entry
+imports this module on its first call.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from torch import Tensor
 
 from gdpo_nemo.errors import UserError
 from gdpo_nemo.estimators.groups import Groups, constant_within, relative_sums, sum_terms, tolerance_of
-from gdpo_nemo.estimators.options import SCALE_REWARDS, AdvantageOptions
-from gdpo_nemo.estimators.registry import DenseForm, NemoRLEstimator, PlotStyle, register_estimator
+from gdpo_nemo.estimators.options import AdvantageOptions
 
 __all__ = ["RewardOverflow", "gdpo", "gdpo_no_bn", "grpo", "grpo_no_std"]
 
@@ -235,36 +236,23 @@ def _grpo(rewards, valid, groups, weights, options, token_mask, scale_rewards: s
     return torch.where(std > 0, centred / (std + options.eps), centred)
 
 
-@register_estimator("grpo", label="GRPO", nemo_rl=NemoRLEstimator("grpo", normalize_rewards=True),
-                    collapse_key="normalized_sum", style=PlotStyle("tab:blue", "o", "-"), in_fig3=True,
-                    dense=DenseForm(divide_by_group_std=True), scale_rewards=SCALE_REWARDS)
 def grpo(rewards, valid, groups, weights, options, token_mask):
     """GRPO (paper Eq. 1-2): sum the weighted components, normalize the sum within each group
     (``scale_rewards``: by the group std, the batch std, or not at all)."""
     return _grpo(rewards, valid, groups, weights, options, token_mask, options.scale_rewards)
 
 
-@register_estimator("grpo_no_std", label="GRPO w/o std", nemo_rl=NemoRLEstimator("grpo", normalize_rewards=False),
-                    collapse_key="centred_sum", style=PlotStyle("tab:orange", "s", "--"), in_fig3=True,
-                    dense=DenseForm(divide_by_group_std=False))
 def grpo_no_std(rewards, valid, groups, weights, options, token_mask):
     """GRPO without std normalization (Dr.GRPO-style; NeMo RL normalize_rewards: false)."""
     return _grpo(rewards, valid, groups, weights, options, token_mask, "none")
 
 
-# NeMo RL has no GDPO without batch norm (nemo_rl=None): gdpo_nemo's hook runs it there.
-@register_estimator("gdpo_no_bn", label="GDPO w/o BN", multi_component=True, nemo_rl=None,
-                    collapse_key="normalized_components", style=PlotStyle("tab:purple", "D", "--"),
-                    dense=DenseForm(divide_by_group_std=True))
 def gdpo_no_bn(rewards, valid, groups, weights, options, token_mask):
     """GDPO without the final batch normalization (paper ablation): sum_k w_k A_k."""
     per_component = _normalize_in_groups(rewards, valid, groups, options, options.scale_rewards == "group")
     return _weighted_sum(per_component, valid, weights)
 
 
-@register_estimator("gdpo", label="GDPO", multi_component=True, nemo_rl=NemoRLEstimator("gdpo", normalize_rewards=True),
-                    collapse_key="normalized_components", style=PlotStyle("tab:green", "^", "-"), in_fig3=True,
-                    dense=DenseForm(divide_by_group_std=True, batch_norm=True), token_batch_norm=True)
 def gdpo(rewards, valid, groups, weights, options, token_mask):
     """GDPO (paper Eqs. 4-6): normalize each component in its group, sum, batch-normalize
     (``scale_rewards="none"``: centre each component without dividing by its std, NeMo RL's
@@ -273,5 +261,6 @@ def gdpo(rewards, valid, groups, weights, options, token_mask):
     advantage_sum = _weighted_sum(per_component, valid, weights)
     scale = float((per_component.abs().amax(dim=0) * weights.abs()).sum())
     return _batch_norm(advantage_sum, valid.any(dim=1), options, token_mask, scale, sum_terms(rewards.shape[1]))
+
 
 

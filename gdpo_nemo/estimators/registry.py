@@ -2,9 +2,9 @@
 name with everything the rest of the package needs to know of it (display label, plot style,
 NeMo RL's own equivalent, how collapse counts it, its dense form, ...). `ESTIMATORS` /
 `estimator_info` are the one source of estimator names for configs, engines, collapse
-counting, tables and figures. Torch-free: the built-in estimators register themselves when
-gdpo_nemo.estimators.general (which imports torch) is imported; every public name of
-`gdpo_nemo.estimators` does that import.
+counting, tables and figures. Torch-free, built-ins included: gdpo_nemo.estimators.builtin
+registers them (every public name of `gdpo_nemo.estimators` imports it) with functions that
+import gdpo_nemo.estimators.general, and torch, on their first call.
 """
 
 from __future__ import annotations
