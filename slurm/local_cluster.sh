@@ -44,7 +44,9 @@ need_root_and_binaries() {
 
 render_conf() {
   local cpus mem_mib
-  cpus=$(nproc)
+  # nproc answers OMP_NUM_THREADS when it is set (the test suite sets it to 1 per process):
+  # the node is the host's CPUs that this process may use, whatever a shell's thread setting
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   mem_mib=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   cat <<EOF
 $MARKER; rewritten on each start.

@@ -55,6 +55,61 @@ def hydra_compose(overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
+# The unresolved compositions this process made, keyed by what they are made of (see
+# `_compose_resolved`); cleared when it holds more than _COMPOSED_MAX of them.
+_COMPOSED: dict[tuple, dict] = {}
+_COMPOSED_MAX = 256
+
+
+def _compose_resolved(choices: list[str], per_run: dict, overrides: list[str]) -> dict:
+    """The resolved plain dict that Hydra composes from `choices` (group=option), then each
+    `per_run` key set to its value, then `overrides`: what
+    ``to_plain(hydra_compose([*choices, *per_run "key=value", *overrides]))`` gives.
+
+    A composition is mostly Hydra reading and parsing the same YAML files again (about
+    0.3 s a run), and the runs of a sweep differ mostly in their seed. So the unresolved
+    composition of `choices` and `overrides` is kept for this process, keyed by them, by
+    every file of the config tree (path, size, modification time) and by the gdpo block's
+    defaults, and the per-run keys are set on a copy before interpolations are resolved
+    (one that reads the seed reads this run's). An override that sets a per-run key
+    itself (or a section above it) comes after them, as in Hydra's order: then nothing is kept."""
+    touched = [override_key(o) for o in overrides]
+    if any(key == path or path.startswith(f"{key}.") for key in touched for path in per_run):
+        return to_plain(hydra_compose([*choices, *(f"{key}={value}" for key, value in per_run.items()), *overrides]))
+    import copy
+    import json
+
+    from omegaconf import OmegaConf
+
+    key = (_tree_state(), json.dumps(gdpo_defaults(with_local=False), sort_keys=True, default=repr), tuple(choices),
+           tuple(overrides))
+    composed = _COMPOSED.get(key)
+    if composed is None:
+        composed = OmegaConf.to_container(hydra_compose([*choices, *overrides]), resolve=False)
+        if len(_COMPOSED) >= _COMPOSED_MAX:
+            _COMPOSED.clear()
+        _COMPOSED[key] = composed
+    config = copy.deepcopy(composed)
+    for path, value in per_run.items():
+        *parents, leaf = path.split(".")
+        node = config
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return to_plain(config)
+
+
+def _tree_state() -> tuple:
+    """The config tree's folder and (path, size, modification time) of each of its files."""
+    root = config_dir()
+    files = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            files.append((str(path.relative_to(root)), stat.st_size, stat.st_mtime_ns))
+    return (str(root), tuple(files))
+
+
 def _store_gdpo_defaults() -> None:
     """Put the gdpo block's defaults (gdpo_nemo/config/settings.py) in Hydra's config store
     as `gdpo_settings`, the first entry of base.yaml's defaults list."""
@@ -130,16 +185,8 @@ def compose(
         key = override_key(text)
         if key in GROUPS:
             raise ConfigError(f"{key}: choose the {key} with the {key}= argument, not an override ({text!r})")
-    hydra_overrides = [
-        f"task={task}",
-        f"model={model}",
-        f"algo={algo}",
-        f"cluster={cluster}",
-        f"grpo.seed={seed}",
-        f"gdpo.experiment={experiment}",
-        *overrides,
-    ]
-    config = to_plain(hydra_compose(hydra_overrides))
+    choices = [f"task={task}", f"model={model}", f"algo={algo}", f"cluster={cluster}"]
+    config = _compose_resolved(choices, {"grpo.seed": seed, "gdpo.experiment": experiment}, overrides)
     keep = [override_key(o) for o in overrides]
     reconcile_algo(config, keep, refuse=False)  # before derive: the run id names the dirs
     derive(config, keep=keep)

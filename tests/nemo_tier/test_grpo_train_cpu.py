@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
