@@ -17,6 +17,7 @@ import pytest
 from gdpo_nemo import config as cc
 from gdpo_nemo.engines.local.config import resolve_and_check
 from gdpo_nemo.runs.rundir import read_metrics
+from tests.support.plain_shell import checkout, run_as_written, script_of, script_smoke_commands
 from tests.support.requirements import require
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,26 +47,31 @@ def _study(out, *args):
 
 
 @pytest.mark.slow
-def test_the_study_script_runs_every_run_side_by_side_then_reports_and_a_rerun_skips_finished_runs(tmp_path):
-    done = _study(tmp_path, "--only", "seed=0")
+def test_the_docs_smoke_command_runs_every_run_side_by_side_then_reports_and_a_rerun_skips_finished_runs(tmp_path):
+    """docs/gpu.md's smoke command, word for word from a user's shell (tests/support/plain_shell.py;
+    tests/test_docs_commands.py leaves it to this test), then again."""
+    [command] = [command for _, command in script_smoke_commands() if script_of(command) == "scripts/gpu_study.sh"]
+    assert "--only seed=0" in command  # the runs checked below
+    done = run_as_written(command, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    out = checkout(tmp_path) / "runs" / "gpu_study"  # the script's default --out
+    names = sorted(p.name for p in (out / "runs").iterdir())
     assert names == sorted(f"gpu_study__{task}__tiny__{algo}__seed0" for task in COMPONENTS for algo in ("grpo", "gdpo"))
     for name in names:
-        records = read_metrics(tmp_path / "runs" / name)
-        assert [r["step"] for r in records] == [1, 2] and (tmp_path / "runs" / name / "DONE").is_file()
+        records = read_metrics(out / "runs" / name)
+        assert [r["step"] for r in records] == [1, 2] and (out / "runs" / name / "DONE").is_file()
         task = name.split("__")[1]
         assert all(f"train/reward/{c}" in records[-1] for c in COMPONENTS[task])
     assert "4 of 4 run(s) finished" in done.stdout
-    report = (tmp_path / "report" / "README.md").read_text()
+    report = (out / "report" / "README.md").read_text()
     assert all(f"`{name}` | finished" in report for name in names)
-    assert (tmp_path / "report" / "tables" / "training_summary.md").is_file()
+    assert (out / "report" / "tables" / "training_summary.md").is_file()
 
-    before = {name: (tmp_path / "runs" / name / "metrics.jsonl").read_text() for name in names}
-    again = _study(tmp_path, "--only", "seed=0")
+    before = {name: (out / "runs" / name / "metrics.jsonl").read_text() for name in names}
+    again = run_as_written(command, tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("done already") == 4 and "started" not in again.stdout
-    assert before == {name: (tmp_path / "runs" / name / "metrics.jsonl").read_text() for name in names}
+    assert before == {name: (out / "runs" / name / "metrics.jsonl").read_text() for name in names}
 
 
 def test_the_study_script_names_a_bad_filter_and_starts_nothing(tmp_path):
