@@ -61,7 +61,7 @@ MUTANTS = [
     Mutant("strict verl GRPO drops the weights", "gdpo_nemo/estimators/strict.py",
            "scores = scores + weight[k] * values[:, k]", "scores = scores + values[:, k]",
            ("tests/test_estimator_defects.py", "tests/test_peer_conformance.py")),
-    Mutant("GDPO w/o BN counted by GRPO's key", "gdpo_nemo/estimators/general.py",
+    Mutant("GDPO w/o BN counted by GRPO's key", "gdpo_nemo/estimators/builtin.py",
            'collapse_key="normalized_components", style=PlotStyle("tab:purple"', 'collapse_key="normalized_sum", style=PlotStyle("tab:purple"',
            ("tests/test_collapse.py",)),
     Mutant("a NameError in the numba kernels", "gdpo_nemo/estimators/kernel_numba.py",

@@ -12,6 +12,7 @@ bundles of CPU only, workers started with no GPU (``grpo.setup()`` hard-codes
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,11 @@ __all__ = ["SEED_ENV", "THREADS_ENV", "policy_cluster", "register_worker", "star
 SEED_ENV = "GDPO_NEMO_CPU_SEED"
 THREADS_ENV = "GDPO_NEMO_CPU_THREADS"
 _OWN_TMP: list[str] = []
+# Ray's head waits a fixed 30 s for its raylet to register (ray/_private/node.py), then raises
+# this; on a busy machine (several jobs starting Ray at once on two cores) it did, and a Slurm
+# job of the journey test failed before its first step. `start_ray` tries again.
+STARTUP_TIMEOUT = "The current node timed out during startup"
+START_ATTEMPTS = 3
 
 
 def _code_paths() -> list[str]:
@@ -52,13 +58,22 @@ def start_ray(*, num_cpus: int | None = None, log_to_driver: bool = False) -> st
     for name in ("GDPO_NEMO_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(name):
             env[name] = os.environ[name]
-    ray.init(
-        num_cpus=num_cpus or max(4, os.cpu_count() or 1),
-        num_gpus=0,
-        include_dashboard=False,
-        log_to_driver=log_to_driver,
-        runtime_env={"env_vars": env},
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                num_cpus=num_cpus or max(4, os.cpu_count() or 1),
+                num_gpus=0,
+                include_dashboard=False,
+                log_to_driver=log_to_driver,
+                runtime_env={"env_vars": env},
+            )
+            break
+        except Exception as err:  # Ray raises a bare Exception for this one
+            if STARTUP_TIMEOUT not in str(err) or attempt == START_ATTEMPTS:
+                raise
+            ray.shutdown()
+            print(f"Ray's node did not register within Ray's fixed 30 s (a busy machine); starting it again"
+                  f" ({attempt + 1} of {START_ATTEMPTS})", file=sys.stderr, flush=True)
     address = ray.get_runtime_context().gcs_address
     os.environ["RAY_ADDRESS"] = address
     return address
