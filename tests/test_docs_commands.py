@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.numerics import user_environment
-from tests.support.plain_shell import CHECKED_BY, checkout, run_as_written, script_of, script_smoke_commands
+from tests.support.plain_shell import CHECKED_BY, DOCS, checkout, run_as_written, script_of, script_smoke_commands
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```([A-Za-z]*)\n(.*?)^```", re.S | re.M)
 # Output lines shown in console blocks ("gdpo-nemo config: error: ..."), not commands.
 OUTPUT_LINE = re.compile(r"^gdpo-nemo [\w-]+: ")
