@@ -309,6 +309,42 @@ def test_finding_3_leave_one_out_recomputes_every_cancelled_row_exactly_at_once(
     assert got.abs().max() > 1e5  # the cancelled rows: an outlier over a tiny std, as NeMo RL gives
 
 
+# A weighted reward at 8e14 and the next float64 above it: times 3.0 both round to one value.
+MERGED_BY_WEIGHT = (803179469476690.6, math.nextafter(803179469476690.6, math.inf))
+
+
+@requires(HAS_NUMBA, "numba (a declared dependency: pip install -e .)")
+@pytest.mark.parametrize("path", PATHS)
+def test_round_6_grpo_of_one_weighted_reward_is_not_rounded_at_its_offset(path, monkeypatch):
+    # GRPO of one reward formed w x as given: w x rounds at the offset's last place (distinct
+    # rewards merged: all zeros; or their spread moved by up to half a unit: 0.3 x (1e15 +
+    # k / 8)). It is taken relative to its group, as GRPO's sum of several rewards is.
+    low, high = MERGED_BY_WEIGHT
+    assert low * 3.0 == high * 3.0
+    cases = [([low, high, low, high], 3.0), ([1e15, 1e15 + 0.125, 1e15 + 0.5, 1e15 + 0.625], 0.3),
+             ([1e15 + 0.25, 1e15, 1e15 + 0.125, 1e15 + 0.5], -7.1)]
+    for values, weight in cases:
+        rewards = {"a": torch.tensor(values, dtype=torch.float64)}
+        for estimator, scale in (("grpo", "group"), ("grpo", "none"), ("grpo_no_std", "group")):
+            got = run_path(path, monkeypatch, rewards, torch.zeros(4, dtype=torch.long), estimator, preset="verl",
+                           reward_weights={"a": weight}, scale_rewards=scale)
+            want = exact_advantages([[Fraction(v) for v in values]], [0] * 4, estimator, [Fraction(weight)],
+                                    resolved("verl", scale_rewards=scale))
+            assert close(got, want) and got.abs().min() > 0, (values, weight, estimator, scale, got, want)
+
+
+def test_round_6_dynamic_sampling_keeps_a_group_of_one_weighted_reward_that_varies():
+    from gdpo_nemo.config.settings import EstimatorSettings
+    from gdpo_nemo.engines.nemo.sampling import group_signal_spread
+
+    low, high = MERGED_BY_WEIGHT
+    batch = {"reward/a": torch.tensor([low, high, low, low], dtype=torch.float64), "idx": torch.tensor([0, 0, 1, 1])}
+    settings = EstimatorSettings.from_gdpo({"estimator": "grpo", "reward_components": ["a"],
+                                            "reward_weights": {"a": 3.0}})
+    spread = group_signal_spread(batch, settings)
+    assert spread[:2].min() > 0 and spread[2:].tolist() == [0.0, 0.0], spread
+
+
 @requires(HAS_NUMBA, "numba (a declared dependency: pip install -e .)")
 @pytest.mark.parametrize("path", PATHS)
 def test_finding_4_overflow_from_a_weight_is_raised_alike_naming_the_weight(path, monkeypatch):

@@ -167,22 +167,19 @@ def dense_advantages(
         total = centred[start : start + step]
         work = scratch[: total.shape[0]]
         terms = None
-        if not multi_component and terms_count == 1:  # GRPO of one reward: w x, exact
-            torch.mul(chunk[0], weight_list[0], out=total)
-            terms = [(chunk[0], weight_list[0])] if options.residue_tolerance else None
-            chunk = [total]
-        elif not multi_component:
-            # GRPO: the weighted sum of each component less its group's first value (the
-            # general path's `relative_sums`, with another reference), in the output rows:
-            # no offset or size of a component rounds it.
-            terms = []
+        if not multi_component:
+            # GRPO: the weighted sum of each component (one too) less its group's first value
+            # (the general path's `relative_sums`, with another reference), in the output
+            # rows: no offset, size or weight of a component rounds it. `terms` give the
+            # constant-group rule its magnitudes (one reward: |w x|, only with a tolerance).
             for k, (values, w) in enumerate(zip(chunk, weight_list)):
                 part = torch.sub(values, values[:, :1], out=work)
                 if k == 0:
                     torch.mul(part, w, out=total)
                 else:
                     total.add_(part, alpha=w)
-                terms.append((values, w))
+            if terms_count > 1 or options.residue_tolerance:
+                terms = list(zip(chunk, weight_list))
             chunk = [total]
         stats = _group_statistics(chunk, options, work, group_tolerance, terms)
         if stats is None:

@@ -216,12 +216,10 @@ def _weighted_sum(parts: Tensor, valid: Tensor, weights: Tensor) -> Tensor:
 def _grpo(rewards, valid, groups, weights, options, token_mask, scale_rewards: str) -> Tensor:
     row_valid = valid.any(dim=1, keepdim=True)
     components = rewards.shape[1]
-    if components == 1:  # a reward as given times its weight: exact
-        reward_sum = _weighted_sum(rewards, valid, weights).unsqueeze(1)
-        magnitude = None
-    else:  # each component less its group's smallest, so no offset or size rounds the sum
-        sums, size = relative_sums(rewards, valid, weights, groups)
-        reward_sum, magnitude = sums.unsqueeze(1), size.unsqueeze(1)
+    # Each component less its group's smallest (one reward too), so that neither an offset
+    # nor a weight rounds the sum at the offset's last place.
+    sums, size = relative_sums(rewards, valid, weights, groups)
+    reward_sum, magnitude = sums.unsqueeze(1), size.unsqueeze(1)
     terms = sum_terms(components)
     centred = _normalize_in_groups(reward_sum, row_valid, groups, options, scale_rewards == "group",
                                    magnitude, terms).squeeze(1)

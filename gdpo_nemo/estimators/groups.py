@@ -88,8 +88,9 @@ def group_index(
 
 def summation_tolerance(terms: int) -> float:
     """The default relative tolerance of float residue for values summed from `terms` terms
-    in float64. 0 for one term: a reward as given (or times its weight) is exact, so
-    distinct rewards are never merged whatever dtype they came in, and equal ones are equal.
+    in float64. 0 for one term: a reward as given is exact, so distinct rewards are never
+    merged whatever dtype they came in, and equal ones are equal (one weighted reward, w (r -
+    ref), is 0 exactly where r = ref: exact too).
     RESIDUE_EPSILONS * terms float64 epsilons for a sum of several (GRPO's weighted sum):
     each sum carries at most about terms / 2 epsilons of the largest sum of |terms| in the
     group, and two sums of equal rewards in another order, or of equal-valued combinations,
@@ -104,7 +105,7 @@ def sum_terms(components: int) -> int:
     """The float operations behind each of GRPO's sums of `components` weighted rewards taken
     relative to a reference (`relative_sums`): a subtraction and a product per component and
     the additions, counted generously (2 K + 1): what `summation_tolerance` is given. One
-    component is a reward as given times its weight: exact (1 term)."""
+    component is judged as the reward as given: exact (1 term)."""
     return 1 if components <= 1 else 2 * components + 1
 
 
@@ -115,15 +116,21 @@ def relative_sums(values: Tensor, valid: Tensor, weights: Tensor, groups: "Group
     Each component is taken less its smallest value in the group before it is weighted and
     summed, so neither an offset of a component nor its size reaches the sum: its rounding is
     relative to the spread within the group, and centring it in the group gives what centring
-    the plain sums gives. A sample missing a component (NaN; `valid` False) that others of its
-    group have adds the difference of the references it leaves out, and its magnitude counts
-    them. `values` [B, K] float64 (anything where not valid), `weights` [K]."""
+    the plain sums gives. One reward (K = 1) too: w r as given rounds at the offset's last
+    place (3.0 times 803179469476690.6 and times the next float64 are one value), w (r - ref)
+    does not; its magnitude is then |w r|, the weighted reward as given, whose rule is the
+    one-term rule (`summation_tolerance(1)`: exact; w (r - ref) is 0 exactly where r = ref).
+    A sample missing a component (NaN; `valid` False) that others of its group have adds the
+    difference of the references it leaves out, and its magnitude counts them. `values`
+    [B, K] float64 (anything where not valid), `weights` [K]."""
     index = groups.index
     lowest = groups.extreme(values, valid, "amin")  # [N, K], +inf where the group has none
     present = torch.isfinite(lowest)
     base = torch.where(present, lowest, torch.zeros_like(lowest))[index]  # [B, K]
     parts = torch.where(valid, (values - base) * weights, torch.zeros_like(values))
     sums = parts.sum(dim=1)
+    if values.shape[1] == 1:  # w r - w ref: only the reward as given can be residue-sized
+        return sums, torch.where(valid[:, 0], values[:, 0] * weights[0], torch.zeros_like(sums)).abs()
     magnitude = parts.abs().sum(dim=1)
     partial = (valid != present[index]).any(dim=1)
     if bool(partial.any()):

@@ -147,10 +147,11 @@ def check_ids(ids, first, count):
 @jit
 def weighted_sum(columns, weights, first, count, summed, magnitudes):
     """GRPO's reward sum of rows [first, first + count): summed[j] = sum_k w_k (columns[k] -
-    its group's first value), in component order (one reward: w x as given), and
-    magnitudes[j] = the group's largest sum_k |w_k (x_k - first x_k)| (|w x| for one reward):
-    its residue's scale. Relative to the first values, no offset or size of a component
-    rounds the sum (the general path's `relative_sums`, with another reference)."""
+    its group's first value), in component order (one reward too), and magnitudes[j] = the
+    group's largest sum_k |w_k (x_k - first x_k)| (|w x| for one reward, the weighted reward
+    as given): its residue's scale. Relative to the first values, no offset, size or weight
+    of a component rounds the sum (the general path's `relative_sums`, with another
+    reference)."""
     size = summed.shape[1]
     single = len(columns) == 1
     parts = np.empty(size)  # each sample's sum_k |w_k (x_k - first x_k)|, built beside its sum
@@ -159,15 +160,16 @@ def weighted_sum(columns, weights, first, count, summed, magnitudes):
         for k in range(len(columns)):
             values = columns[k][first + j]
             w = weights[k]
-            reference = 0.0 if single else values[0]
+            reference = values[0]
             for i in range(size):
                 term = (values[i] - reference) * w
+                scale = abs(values[i] * w) if single else abs(term)
                 if k == 0:
                     row[i] = term
-                    parts[i] = abs(term)
+                    parts[i] = scale
                 else:
                     row[i] += term
-                    parts[i] += abs(term)
+                    parts[i] += scale
         largest = 0.0
         for i in range(size):
             largest = max(largest, parts[i])

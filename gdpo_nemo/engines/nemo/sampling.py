@@ -61,15 +61,12 @@ def group_signal_spread(batch: Mapping, settings: EstimatorSettings) -> Tensor |
         return torch.stack([group_range(values, groups, tolerance=tolerance)
                             for values in components.values()]).amax(dim=0)
     weights = options.reward_weights or {}
-    # The weighted sum as the estimators form and judge it (`relative_sums`: each component
-    # less its group's smallest value; NaN marks a missing component).
+    # The weighted sum as the estimators form and judge it (`relative_sums`: each component,
+    # one too, less its group's smallest value; NaN marks a missing component).
     names = list(components)
     matrix = torch.stack([torch.as_tensor(components[name]).to(torch.float64) for name in names], dim=1)
     index, count = group_rows(groups, matrix.device)
     valid = ~torch.isnan(matrix)
-    if len(names) == 1:
-        signal = float(weights.get(names[0], 1.0)) * matrix[:, 0]
-        return group_range(signal, groups, tolerance=tolerance_of(options, 1))
     vector = torch.tensor([float(weights.get(name, 1.0)) for name in names], dtype=torch.float64)
     sums, magnitude = relative_sums(torch.where(valid, matrix, torch.zeros_like(matrix)), valid, vector,
                                     Groups(index=index, num_groups=count))
