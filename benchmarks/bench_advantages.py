@@ -17,7 +17,10 @@ the load (`uptime`).
 --leave-one-out (issue 48) times leave-one-out instead, the general path's, at 8,192 / 65,536 /
 524,288 samples (groups of 16, 3 binary rewards, nemo_rl preset, one thread), beside NeMo RL's
 own estimators on the same batch (benchmarks/peers/nemo_rl_leave_one_out.py in .venv-nemo,
-`scripts/setup.sh --all`), and prints the growth per 8x samples (8x = linear).
+`scripts/setup.sh --all`), and prints the growth per 8x samples (8x = linear). Then the same
+on an uneven batch (benchmarks/peers/leave_one_out_batches.py: one group of half the samples
+beside groups of 4, each with a row whose mates' variance cancels), NeMo RL's own at the two
+smaller sizes only (its loop over prompts masks the whole batch for each of 65,537 prompts).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 import torch
 
 from gdpo_nemo.estimators import kernel as dense_kernel
+from benchmarks.peers.leave_one_out_batches import uneven_batch
 from gdpo_nemo.estimators import compute_advantages
 from tests.support.advantages_loop import loop_advantages
 
@@ -72,14 +76,15 @@ REPO = Path(__file__).resolve().parents[1]
 LEAVE_ONE_OUT_SIZES = (8_192, 65_536, 524_288)
 
 
-def nemo_rl_leave_one_out(sizes) -> dict:
+def nemo_rl_leave_one_out(sizes, uneven: bool = False) -> dict:
     """{(samples, estimator): seconds} of NeMo RL's own estimators, from its venv ({} without it)."""
     python = REPO / ".venv-nemo" / "bin" / "python"
     if not python.exists():
         print("NeMo RL's own: .venv-nemo missing (scripts/setup.sh --all makes it); not timed")
         return {}
-    proc = subprocess.run([str(python), str(REPO / "benchmarks/peers/nemo_rl_leave_one_out.py"), *map(str, sizes)],
-                          capture_output=True, text=True, timeout=3600, cwd=REPO)
+    layout = ["--uneven"] if uneven else []
+    proc = subprocess.run([str(python), str(REPO / "benchmarks/peers/nemo_rl_leave_one_out.py"), *layout,
+                           *map(str, sizes)], capture_output=True, text=True, timeout=3600, cwd=REPO)
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -93,11 +98,21 @@ def nemo_rl_leave_one_out(sizes) -> dict:
 def leave_one_out() -> None:
     torch.set_num_threads(1)
     print("leave-one-out, nemo_rl preset, groups of 16, 3 binary rewards, 1 thread (general path)")
-    theirs = nemo_rl_leave_one_out(LEAVE_ONE_OUT_SIZES)
+    leave_one_out_table({samples: make_batch(samples // 16, 16, 3) for samples in LEAVE_ONE_OUT_SIZES},
+                        nemo_rl_leave_one_out(LEAVE_ONE_OUT_SIZES))
+    print("leave-one-out, uneven: one group of half the samples beside groups of 4, a cancelled row in each")
+    batches = {}
+    for samples in LEAVE_ONE_OUT_SIZES:
+        columns, group_ids = uneven_batch(samples)
+        batches[samples] = ({f"r{k}": column for k, column in enumerate(columns)}, group_ids)
+    leave_one_out_table(batches, nemo_rl_leave_one_out(LEAVE_ONE_OUT_SIZES[:2], uneven=True))
+
+
+def leave_one_out_table(batches: dict, theirs: dict) -> None:
+    """Ours (min and median) on each {samples: (rewards, group_ids)} beside NeMo RL's `theirs`."""
     print(f"{'samples':>9}{'estimator':>10}{'ours median':>13}{'ours min':>10}{'NeMo RL':>11}{'NeMo RL/ours':>14}")
     previous: dict = {}
-    for samples in LEAVE_ONE_OUT_SIZES:
-        rewards, group_ids = make_batch(samples // 16, 16, 3)
+    for samples, (rewards, group_ids) in batches.items():
         for estimator in ("gdpo", "grpo"):
             repeats = 20 if samples <= 65_536 else 5
             median, low = timings(lambda: compute_advantages(rewards, group_ids, estimator, preset="nemo_rl",

@@ -20,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gdpo_nemo.estimators import PRESETS, compute_advantages
 from gdpo_nemo.estimators import compute as compute_module
@@ -307,6 +308,45 @@ def test_finding_3_leave_one_out_recomputes_every_cancelled_row_exactly_at_once(
     want = exact_advantages([exact], groups.tolist(), "grpo", [Fraction(1)], resolved("nemo_rl", leave_one_out=True))
     assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-5, atol=1e-5)
     assert got.abs().max() > 1e5  # the cancelled rows: an outlier over a tiny std, as NeMo RL gives
+
+
+class LargestOutput(TorchDispatchMode):
+    """While active, records the most elements any torch op returned (`largest`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor):
+                self.largest = max(self.largest, tensor.numel())
+        return out
+
+
+def test_finding_3_leave_one_out_is_linear_with_one_large_group_beside_many_small_ones():
+    # Round 6: the cancelled rows were recomputed in one padded row each, as wide as the
+    # widest group holding one: a group of 256 beside 256 groups of 4, each with an outlier
+    # over near-equal mates, made a [257, 256] tensor for 1,280 samples (quadratic: 7 s at
+    # 32,768 samples of that shape, 13 ms in groups of 4). Every tensor of the call now holds
+    # O(B K) elements, and every row is still the exact definition's.
+    big = [1.0, 2.0**-30] + [0.0] * 254
+    values, groups = list(big), [0] * len(big)
+    for g in range(1, 257):
+        values += [1.0, 0.0, 2.0**-31 * (g % 3), 2.0**-30]
+        groups += [g] * 4
+    second = [v * 0.5 if g % 2 else 3.0 - v for v, g in zip(values, groups)]  # its own outliers
+    rewards = {"a": torch.tensor(values, dtype=torch.float64), "b": torch.tensor(second, dtype=torch.float64)}
+    ids = torch.tensor(groups)
+    exact = [[Fraction(v) for v in column.tolist()] for column in rewards.values()]
+    for estimator in ("grpo", "gdpo_no_bn"):
+        with LargestOutput() as watch:
+            got = compute_advantages(rewards, ids, estimator, preset="nemo_rl", leave_one_out=True)
+        assert watch.largest <= 4 * len(values) * 2, (estimator, watch.largest, len(values))
+        want = exact_advantages(exact, groups, estimator, [Fraction(1)] * 2, resolved("nemo_rl", leave_one_out=True))
+        assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-5, atol=1e-5), estimator
+        assert got.abs().max() > 1e5  # the cancelled rows: outliers over tiny stds
 
 
 # A weighted reward at 8e14 and the next float64 above it: times 3.0 both round to one value.

@@ -89,7 +89,7 @@ def _normalize_in_groups(
         removed = centred * centred * n / m.clamp(min=1)
         others_sq = (sq_dev[index] - removed).clamp(min=0)
         alike = _others_constant(values, valid, groups, magnitude, tolerance)
-        others_sq = _exact_where_cancelled(others_sq, removed, shifted, valid, alike, groups)
+        others_sq = _exact_where_cancelled(others_sq, removed, values, valid, alike, groups)
         dof = m - options.std_ddof
         std = torch.where(dof > 0, (others_sq / dof.clamp(min=1)).sqrt(), torch.zeros_like(others_sq))
         std = torch.where(alike, torch.zeros_like(std), std)
@@ -115,32 +115,34 @@ def _exact_where_cancelled(others_sq: Tensor, removed: Tensor, values: Tensor, v
                            groups: Groups) -> Tensor:
     """`others_sq` [B, K] (each sample's group-mates' squared deviations about their mean, by
     subtraction) with the valid rows (`skip` aside) where the subtraction cancelled (an outlier
-    beside near-equal mates: [1, 0, 0, 1e-8]) summed again over the mates themselves,
-    two-pass, all at once: each such row gathers its group's members into one padded row.
-    A row cancels only when its own share dominates its group's squared deviations, so
-    there are at most a few per group and the padded rows hold O(B) values."""
-    suspect = valid & ~skip & (removed > 0) & (others_sq <= _CANCELLED * removed)
-    if not bool(suspect.any()):
+    beside near-equal mates: [1, 0, 0, 1e-8]) summed again over the mates themselves: two
+    passes of scatters over the batch with that row left out, about the smallest mate (so
+    neither an offset nor the outlier's distance rounds the mates' spread). `values` [B, K]
+    are the rewards as given.
+
+    A row cancels only when its own share dominates its group's squared deviations; in a
+    group of n >= 3 two rows cannot both (each would hold more than (n - 1) / n of them), and
+    a group of 2 has one mate (`skip`). So one round, each (group, column) leaving out its
+    first cancelled row, recomputes them all, whatever the group sizes: O(B K). Should
+    rounding ever leave a second, the next round takes it."""
+    pending = valid & ~skip & (removed > 0) & (others_sq <= _CANCELLED * removed)
+    if not bool(pending.any()):
         return others_sq
-    rows, columns = suspect.nonzero(as_tuple=True)
     index = groups.index
-    counts = torch.bincount(index, minlength=groups.num_groups)
-    starts = torch.cumsum(counts, 0) - counts
-    members_of = torch.argsort(index, stable=True)  # the batch, group by group
-    group = index[rows]
-    width = int(counts[group].max())
-    offsets = torch.arange(width, device=index.device)
-    inside = offsets < counts[group].unsqueeze(1)  # [S, W]
-    slots = (starts[group].unsqueeze(1) + offsets).clamp(max=index.shape[0] - 1)
-    members = members_of[slots]  # [S, W] sample numbers
-    column = columns.unsqueeze(1).expand_as(members)
-    take = inside & (members != rows.unsqueeze(1)) & valid[members, column]
-    pool = torch.where(take, values[members, column], torch.zeros((), dtype=values.dtype, device=values.device))
-    n = take.sum(dim=1).clamp(min=1).to(values.dtype)
-    mean = pool.sum(dim=1) / n
-    deviation = torch.where(take, pool - mean.unsqueeze(1), torch.zeros_like(pool))
+    rows = torch.arange(index.shape[0], device=index.device, dtype=values.dtype).unsqueeze(1).expand_as(values)
     others_sq = others_sq.clone()
-    others_sq[rows, columns] = (deviation * deviation).sum(dim=1)
+    while bool(pending.any()):
+        first = groups.extreme(rows, pending, "amin")  # [N, K]: +inf where none is pending
+        left_out = pending & (rows == first[index])
+        mates = valid & ~left_out
+        lowest = groups.extreme(values, mates, "amin")
+        base = torch.where(torch.isfinite(lowest), lowest, torch.zeros_like(lowest))[index]
+        shifted = torch.where(mates, values - base, torch.zeros_like(values))
+        mean = groups.sum(shifted) / groups.sum(mates.to(values.dtype)).clamp(min=1)
+        deviation = torch.where(mates, shifted - mean[index], torch.zeros_like(values))
+        squares = groups.sum(deviation * deviation)
+        others_sq = torch.where(left_out, squares[index], others_sq)
+        pending = pending & ~left_out
     return others_sq
 
 
