@@ -386,6 +386,20 @@ def test_round_6_dynamic_sampling_keeps_a_group_of_one_weighted_reward_that_vari
 
 
 @requires(HAS_NUMBA, "numba (a declared dependency: pip install -e .)")
+def test_round_6_a_residue_tolerance_merges_the_same_groups_on_every_path(monkeypatch):
+    # With residue_tolerance=3 a group [-1, 1] was one value on the general path and two on
+    # the dense ones; the option now stops at 0.5, where every path merges alike.
+    rewards = {"a": torch.tensor([1.0, 1.4, -1.0, 1.0, 5.0, 6.0]), "b": torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0])}
+    groups = torch.arange(3).repeat_interleave(2)
+    outs = [run_path(path, monkeypatch, rewards, groups, "gdpo_no_bn", residue_tolerance=0.5) for path in PATHS]
+    for got in outs:
+        # a: [1, 1.4] and [5, 6] merged (0.4 <= 0.7, 1 <= 3), [-1, 1] not (2 > 0.5); b: never
+        assert torch.allclose(got, torch.tensor([-0.7071, 0.7071, -1.4142, 1.4142, -0.7071, 0.7071]), atol=1e-4), got
+    with pytest.raises(ValueError, match=r"residue_tolerance: 3\.0; expected a number in \[0\.0, 0\.5\]"):
+        compute_advantages(rewards, groups, "gdpo_no_bn", residue_tolerance=3.0)
+
+
+@requires(HAS_NUMBA, "numba (a declared dependency: pip install -e .)")
 @pytest.mark.parametrize("path", PATHS)
 def test_finding_4_overflow_from_a_weight_is_raised_alike_naming_the_weight(path, monkeypatch):
     rewards = {"a": torch.tensor([1.0, 0, 0, 1, 1, 0, 1, 0]), "b": torch.tensor([0.0, 1, 1, 1, 0, 0, 1, 0])}

@@ -140,12 +140,15 @@ class AdvantageOptions:
     strict: bool = option(
         False, "reproduce the preset's peer bit for bit (its float32 formulas and residue); needs a preset",
         "docs/estimators.md", boolean)
+    # At most 0.5: residue is a small fraction of the values, and the dense paths look at a
+    # group's max and min only where its std is within 2 x tolerance x |its mean|, which
+    # bounds the std of every constant group only while the tolerance is below about 0.64.
     residue_tolerance: float | None = option(
         None, "relative tolerance under which a group's values are one value (max - min <= tolerance x the group's"
-        " largest sum of |terms|: |r| for a reward as given, sum_k |w_k (r_k - the group's smallest r_k)| for GRPO's"
-        " weighted sum); null: exact for a reward as given, 2 (2K + 1) float64 epsilons for GRPO's sum of K >= 2;"
-        " 0: exact equality only",
-        "ours (docs/estimators.md)", number(0.0, nullable=True))
+        " largest sum of |terms|: |r| for a reward as given, |w r| for GRPO's one weighted reward, sum_k |w_k (r_k -"
+        " the group's smallest r_k)| for GRPO's weighted sum of K >= 2); null: exact for a reward as given, 2 (2K + 1)"
+        " float64 epsilons for GRPO's sum of K >= 2; 0: exact equality only; at most 0.5",
+        "ours (docs/estimators.md)", number(0.0, 0.5, nullable=True))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
