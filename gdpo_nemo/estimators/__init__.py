@@ -23,7 +23,8 @@ Semantics shared by all estimators, each taken from a peer (``preset`` reproduce
   rule everywhere: ``gdpo_nemo.estimators.groups.constant_within``). A reward as given is
   exact whatever its dtype: a group is constant only when its rewards are equal (bfloat16
   3.0 and 3.03125 differ, 1e6 and 1e6 + 1 differ). A value this package sums (GRPO's
-  weighted sum of K components, in float64, each less its group's smallest value) carries
+  weighted sum of K >= 2 components, in float64, each less its group's smallest value;
+  one weighted reward is taken the same way and judged as given, exactly) carries
   residue of that sum: sums within ``RESIDUE_EPSILONS`` (2) * (2K + 1) float64 epsilons of
   the group's largest sum of |terms| are one value, so equal rewards summed in another order, or combinations with equal sums,
   give exactly 0 rather than residue divided by its own tiny std (``residue_tolerance``
