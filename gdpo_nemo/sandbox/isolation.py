@@ -44,7 +44,7 @@ DEVICE_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
 # Host-wide counters under /proc that a program has no use for and that programs running at
 # the same time could signal each other through (issue 46: the locked-page count of vmstat,
 # 64 of 64 bits in 4.4 s; forks since boot in stat, about 10 bits/s; threads running in
-# loadavg): /dev/null is bound over each, so they read as empty files. What stays readable
+# loadavg): an empty read-only file is bound over each, so they read as empty. What stays readable
 # is what the sandbox's own namespaces scope (its processes, its network) and what Python
 # itself needs (cpuinfo, self/...); the driver takes its PID namespace's last PID from
 # /proc/sys/kernel/ns_last_pid, not loadavg.
@@ -52,7 +52,13 @@ HIDDEN_PROC = (
     "vmstat", "stat", "loadavg", "meminfo", "zoneinfo", "buddyinfo", "pagetypeinfo", "interrupts", "softirqs",
     "diskstats", "schedstat", "locks", "swaps", "vmallocinfo", "slabinfo", "key-users", "sys/fs/file-nr",
     "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state", "sys/fs/aio-nr", "sys/kernel/random/entropy_avail",
+    # idle time of every CPU, and the host's count of cgroups (moved by every sandbox's start)
+    "uptime", "cgroups",
 )
+# Directories of host-wide state under /proc, covered by an empty read-only tmpfs: pressure
+# stall times of the whole machine (CPU, memory, I/O), file systems' own statistics (ext4's
+# free blocks per group, its shrinker, jbd2's transactions), drivers' (the RTC's clock).
+HIDDEN_PROC_DIRS = ("pressure", "fs", "driver")
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (each start of
@@ -238,6 +244,9 @@ class Isolation:
         for name in HIDDEN_PROC:
             if os.path.exists(f"/proc/{name}"):
                 args += [*hide, f"/proc/{name}"]
+        for name in HIDDEN_PROC_DIRS:
+            if os.path.isdir(f"/proc/{name}"):
+                args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
         args += ["--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
         for key, value in scrubbed_env(SANDBOX_TMP).items():
             args += ["--setenv", key, value]
