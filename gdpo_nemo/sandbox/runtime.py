@@ -182,6 +182,7 @@ def _own_directory(path: Path, mode: int) -> None:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
         raise PermissionError(f"{path} is not a directory that only uid {os.geteuid()} can write")
+    os.chmod(path, mode)  # whatever the umask: sandboxes' uids must reach the copies
 
 
 def _find(python: str) -> tuple[RuntimeCopies | None, str]:
