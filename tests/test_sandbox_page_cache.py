@@ -219,8 +219,9 @@ def test_no_probe_reads_anything_a_sender_did_to_the_files_programs_can_read(con
 
 HOLD = """
 import json, sys
+from pathlib import Path
 from gdpo_nemo.sandbox import runtime
-runtime.FORMAT = sys.argv[2]  # copies of this test's own, which no other process takes meanwhile
+runtime.SHM = Path(sys.argv[2])  # the test's own place: copies no other process takes or removes meanwhile
 copies, why = runtime.runtime_copies(sys.argv[1])
 root = copies.take()
 print(json.dumps({"path": str(root.path), "tops": list(root.tops), "inode": root.empty.stat().st_ino}), flush=True)
@@ -229,11 +230,11 @@ sys.stdin.read()  # holds the copy until told to stop
 
 
 @needs_bwrap
-def test_each_harness_holds_a_copy_of_its_own_until_it_gives_it_back_and_old_copies_go(tmp_path):
+def test_each_harness_holds_a_copy_of_its_own_until_it_gives_it_back_and_old_copies_go(monkeypatch):
     """Two harness processes that each hold a copy hold different copies (different files,
     different pages); once one gives its copy back (here by ending) the next taker gets that
-    copy, not a new one. Copies of another interpreter, and shared copies of the layout before,
-    that nobody holds are removed; one that is held stays."""
+    copy, not a new one. Copies of another interpreter, shared copies of the layout before and
+    copies past the first KEPT_COPIES that nobody holds are removed; those held stay."""
     import os
     import shutil
     import subprocess
@@ -244,47 +245,48 @@ def test_each_harness_holds_a_copy_of_its_own_until_it_gives_it_back_and_old_cop
     from gdpo_nemo.sandbox.isolation import default_python
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    home = runtime.copies_home()
-    home.mkdir(exist_ok=True)
-    (home / "locks").mkdir(exist_ok=True, mode=0o700)
-    unused, held = home / "0000aaaa0000aaaa-0", home / "0000bbbb0000bbbb-3"
-    shared = runtime.SHM / "gdpo-nemo-runtime-0000cccc0000cccc"
-    for old in (unused, held, shared):
-        (old / "usr").mkdir(parents=True, exist_ok=True)
-    holder = leases.try_take("runtime_0000bbbb0000bbbb", 3, directory=home / "locks")  # a live harness of another interpreter
-    runtime._COPIES.clear()  # this process looks again, as a new harness would
+    place = runtime.SHM / f"gdpo-nemo-test-{os.getpid()}"  # a tmpfs, as /dev/shm is
+    place.mkdir()
+    monkeypatch.setattr(runtime, "SHM", place)
+    monkeypatch.setattr(runtime, "_COPIES", {})  # this process looks there, as a new harness would
 
     def hold():
-        harness = subprocess.Popen([sys.executable, "-c", HOLD, default_python(), f"test-{os.getpid()}"], stdin=subprocess.PIPE,
+        harness = subprocess.Popen([sys.executable, "-c", HOLD, default_python(), str(place)], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, env=env)
-        return harness, json.loads(harness.stdout.readline())
+        harnesses.append(harness)
+        return json.loads(harness.stdout.readline())
 
-    harnesses = []
-    first = second = (None, {"path": "/nonexistent"})
+    harnesses, holders = [], []
     try:
-        first = hold()
-        harnesses.append(first[0])
-        second = hold()
-        harnesses.append(second[0])
-        assert first[1]["path"] != second[1]["path"] and first[1]["inode"] != second[1]["inode"], (first, second)
-        assert set(first[1]["tops"]) >= {"usr", "etc"}
-        first[0].stdin.close()
-        first[0].wait()  # gives its copy back (the kernel drops the lease with the process)
-        third = hold()
-        harnesses.append(third[0])
-        assert third[1]["path"] == first[1]["path"]  # the copy given back, not a new one
-        runtime_copies = runtime.runtime_copies(default_python())[0]
-        assert runtime_copies is not None
-        assert not unused.exists() and not shared.exists() and held.exists()
+        first, second = hold(), hold()
+        assert first["path"] != second["path"] and first["inode"] != second["inode"], (first, second)
+        assert set(first["tops"]) >= {"usr", "etc"}
+        harnesses[0].stdin.close()
+        harnesses[0].wait()  # gives its copy back (the kernel drops the lease with the process)
+        assert hold()["path"] == first["path"]  # the copy given back, not a new one
+        home = runtime.copies_home()
+        copies = runtime.runtime_copies(default_python())[0]
+        assert copies is not None and str(copies.home) == str(home)
+        # what a harness removes at its start, when nobody holds it
+        unused, held = home / "0000aaaa0000aaaa-0", home / "0000bbbb0000bbbb-3"  # another interpreter's
+        surplus, kept = (copies.path(runtime.KEPT_COPIES + n) for n in (5, 6))  # this one's, past KEPT_COPIES
+        shared = place / "gdpo-nemo-runtime-0000cccc0000cccc"  # the layout before: one for every sandbox
+        for path in (unused, held, surplus, kept, shared):
+            (path / "usr").mkdir(parents=True)
+        holders += [leases.try_take("runtime_0000bbbb0000bbbb", 3, directory=home / "locks"),
+                    leases.try_take(copies.kind, runtime.KEPT_COPIES + 6, directory=home / "locks")]
+        runtime._COPIES.clear()
+        runtime.runtime_copies(default_python())
+        assert [path.exists() for path in (unused, held, surplus, kept, shared)] == [False, True, False, True, False]
+        assert not leases.lease_path("runtime_0000aaaa0000aaaa", 0, directory=home / "locks").exists()
     finally:
         for harness in harnesses:
             if harness.poll() is None:
                 harness.stdin.close()
                 harness.wait()
-        holder.release()
-        for old in (unused, held, shared, *[Path(seen["path"]) for seen in (first[1], second[1])]):
-            shutil.rmtree(old, ignore_errors=True)
-    assert not leases.lease_path("runtime_0000aaaa0000aaaa", 0, directory=home / "locks").exists()  # removed with its copy
+        for holder in holders:
+            holder.release()
+        shutil.rmtree(place, ignore_errors=True)
 
 
 HELD = """

@@ -33,7 +33,8 @@ are not a file's state: a program can time them; docs/sandbox.md, "What is not g
 The copies of one interpreter live under /dev/shm/gdpo-nemo-copies-<euid>/<key>-<n>, the key a
 digest of the interpreter's identity (its path, the size and time of its binary and of its
 standard library's os.py), so an upgraded interpreter gets copies of its own; copies of another
-key that no sandbox holds are removed by the next harness that looks. Where they cannot be made
+key, and this key's past the first KEPT_COPIES, that no sandbox holds are removed by the next
+harness that starts. Where they cannot be made
 (no /dev/shm, no room, no `ldd`), sandboxes bind the host's directories and `Sandbox` warns once
 with why.
 """
@@ -61,8 +62,11 @@ ETC_FILES = ("/etc/ld.so.cache",)
 # and config-*, the static library and build files for embedding CPython (25 MB).
 SKIPPED_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "config-*")
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
-# The most copies of one interpreter a host keeps: one per sandbox alive at the same time.
+# The most copies of one interpreter a host makes: one per sandbox alive at the same time.
 MAX_COPIES = 4096
+# The copies a harness leaves at its start when nobody holds them, for the next sandboxes
+# (more are made again, ~0.4 s each, when more sandboxes run at once).
+KEPT_COPIES = max(8, 2 * (os.cpu_count() or 1))
 # Copies made before this layout (one per host and interpreter, shared by every sandbox):
 # /dev/shm/gdpo-nemo-runtime-<key>, locked by runtime-<key>.lock in the lease directory.
 _SHARED_COPY = re.compile(r"gdpo-nemo-runtime-([0-9a-f]{16})")
@@ -314,17 +318,18 @@ def _copy_host(python: str, stdlib: str, dynload: str, root: Path) -> None:
 
 
 def _remove_unused(home: Path, key: str) -> None:
-    """Remove the copies of other keys (interpreters since upgraded or gone) that no sandbox
-    holds (their lease can be taken without waiting), and the shared copies of the layout
-    before this one that no harness holds."""
+    """Remove, when no sandbox holds them (their lease can be taken without waiting): the
+    copies of other keys (interpreters since upgraded or gone), this key's copies past the
+    first KEPT_COPIES (made when many sandboxes ran at once; taken lowest first, so rarely used
+    again), and the shared copies of the layout before this one."""
     try:
-        found = [path for path in home.glob("*-*") if path.name.split("-")[0] != key and path.name != "locks"]
+        found = [path for path in home.glob("*-*") if path.name != "locks"]
         shared = [path for path in SHM.glob("gdpo-nemo-runtime-*") if _SHARED_COPY.fullmatch(path.name)]
     except OSError:
         return
     for path in found:
         other, number = path.name.rsplit("-", 1)
-        if number.isdigit():
+        if number.isdigit() and (other != key or int(number) >= KEPT_COPIES):
             lock = leases.lease_path(f"runtime_{other}", int(number), directory=home / "locks")
             leases.remove_unheld(lock, create=True, guarded=lambda path=path: shutil.rmtree(path, ignore_errors=True))
     for path in shared:
