@@ -311,6 +311,7 @@ arguments = {{
     "mbind": (pages[0], mmap.PAGESIZE, 0, None, 0, 2),  # MPOL_DEFAULT, MPOL_MF_MOVE
     "migrate_pages": (0, 64, nodes, nodes),
     "move_pages": (0, 1, pages, None, status, 0),
+    "get_mempolicy": (status, None, 0, pages[0], 3),  # MPOL_F_NODE | MPOL_F_ADDR: the node a page lies on
 }}
 for name, args in arguments.items():
     result = libc.syscall(ctypes.c_long(numbers[name]), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
@@ -322,15 +323,17 @@ print(json.dumps(seen))
 @needs_bwrap
 def test_a_program_cannot_change_how_the_pages_of_the_files_it_reads_are_held(sandbox):
     """The next sandbox to lease a copy reads it after this one: the filter refuses pushing its
-    pages towards swap, collapsing them into huge pages and moving them between NUMA nodes
-    (EPERM); advice that changes nothing for another reader still works."""
+    pages towards swap, collapsing them into huge pages, moving them between NUMA nodes and
+    asking which node a page lies on (EPERM); advice that changes nothing for another reader
+    still works."""
     advice = {"MADV_COLD": 20, "MADV_PAGEOUT": 21, "MADV_HUGEPAGE": 14, "MADV_COLLAPSE": 25, "MADV_WILLNEED": 3,
               "MADV_NORMAL": 0}
-    numbers = {"x86_64": {"mbind": 237, "migrate_pages": 256, "move_pages": 279},
-               "aarch64": {"mbind": 235, "migrate_pages": 238, "move_pages": 239}}
+    numbers = {"x86_64": {"mbind": 237, "migrate_pages": 256, "move_pages": 279, "get_mempolicy": 239},
+               "aarch64": {"mbind": 235, "migrate_pages": 238, "move_pages": 239, "get_mempolicy": 236}}
     [result] = sandbox.run_cases(HELD.format(advice=advice, numbers=numbers), [Case()], LIMITS)
     assert result.status == "ok", result.stderr[-2000:]
     seen = json.loads(result.stdout)
     assert {name: seen[name] for name in ("MADV_WILLNEED", "MADV_NORMAL")} == {"MADV_WILLNEED": "ok", "MADV_NORMAL": "ok"}
-    refused = ("MADV_COLD", "MADV_PAGEOUT", "MADV_HUGEPAGE", "MADV_COLLAPSE", "mbind", "migrate_pages", "move_pages")
+    refused = ("MADV_COLD", "MADV_PAGEOUT", "MADV_HUGEPAGE", "MADV_COLLAPSE", "mbind", "migrate_pages", "move_pages",
+               "get_mempolicy")
     assert {name: seen[name] for name in refused} == {name: "EPERM" for name in refused}, seen

@@ -62,10 +62,12 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
   counters are shared state a program could move for another).
 - changing how the pages of the files it reads are held (issue 46): `madvise` with MADV_COLD,
   MADV_PAGEOUT (towards swap), MADV_HUGEPAGE or MADV_COLLAPSE (into huge pages),
-  `process_madvise`, and moving pages between NUMA nodes (`mbind`, `migrate_pages`,
-  `move_pages`). The files a program can read are a tmpfs copy (gdpo_nemo.sandbox.runtime)
-  that the next sandbox to lease it reads after this one: its pages stay resident, small and
-  where they are, so nothing a program did to them is left for a later one to find.
+  `process_madvise`, and moving pages between NUMA nodes or asking where one lies (`mbind`,
+  `migrate_pages`, `move_pages`, `get_mempolicy`). The files a program can read are a tmpfs
+  copy (gdpo_nemo.sandbox.runtime) that the next sandbox to lease it reads after this one: its
+  pages stay resident, small and where they are, so nothing a program did to them is left for
+  a later one to find. (The kernel's own NUMA balancing may still move a page towards the node
+  of a CPU that reads it often, on a host of several nodes; docs/sandbox.md.)
 - `setsid` (issue 46): each new session takes the next number of the host-wide autogroup
   counter, which a program reads in /proc/self/autogroup after its own setsid (32 of 32 bits
   in 3.2 s between concurrent sandboxes). The sandbox is a session of its own already
@@ -162,7 +164,7 @@ _X86_64 = {
     "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
     "flock": 73, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "inotify_rm_watch": 255,
     "io_setup": 206, "io_destroy": 207, "io_getevents": 208, "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333,
-    "setsid": 112, "mbind": 237, "migrate_pages": 256, "move_pages": 279,
+    "setsid": 112, "mbind": 237, "migrate_pages": 256, "move_pages": 279, "get_mempolicy": 239,
 }
 _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/ioperm
     "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
@@ -175,6 +177,7 @@ _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/io
     "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88, "flock": 32, "inotify_init1": 26,
     "inotify_add_watch": 27, "inotify_rm_watch": 28, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
     "io_getevents": 4, "io_pgetevents": 292, "setsid": 157, "mbind": 235, "migrate_pages": 238, "move_pages": 239,
+    "get_mempolicy": 236,
 }
 # machine -> (AUDIT_ARCH_* value, syscall table, whether the x32 bit must be refused)
 MACHINES = {
