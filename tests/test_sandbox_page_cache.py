@@ -337,3 +337,38 @@ def test_a_program_cannot_change_how_the_pages_of_the_files_it_reads_are_held(sa
     refused = ("MADV_COLD", "MADV_PAGEOUT", "MADV_HUGEPAGE", "MADV_COLLAPSE", "mbind", "migrate_pages", "move_pages",
                "get_mempolicy")
     assert {name: seen[name] for name in refused} == {name: "EPERM" for name in refused}, seen
+
+
+def test_where_no_more_copies_fit_a_sandbox_waits_for_one_given_back(monkeypatch):
+    """A full /dev/shm (a container's is 64 MiB by default) holds fewer copies than sandboxes
+    want: a start then waits for a copy another sandbox gives back, and says so once, instead
+    of failing or sharing one."""
+    import errno
+    import os
+    import shutil
+    import threading
+
+    from gdpo_nemo.sandbox import protocol, runtime
+    from gdpo_nemo.sandbox.isolation import default_python
+
+    place = runtime.SHM / f"gdpo-nemo-test-{os.getpid()}"  # a tmpfs, as /dev/shm is
+    place.mkdir()
+    monkeypatch.setattr(runtime, "SHM", place)
+    monkeypatch.setattr(runtime, "_COPIES", {})
+    monkeypatch.setattr(protocol, "_warned", set())
+    try:
+        copies = runtime.runtime_copies(default_python())[0]
+        assert copies is not None
+        first = copies.take()
+
+        def full(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(runtime, "_build", full)
+        threading.Timer(0.3, first.release).start()  # another sandbox ends
+        with pytest.warns(RuntimeWarning, match="no room for another copy"):
+            second = copies.take()
+        assert second.path == first.path and copies.numbers() == [first.lease.number]
+        second.release()
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

@@ -48,6 +48,7 @@ import shutil
 import stat
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,8 @@ SKIPPED_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "conf
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 # The most copies of one interpreter a host makes: one per sandbox alive at the same time.
 MAX_COPIES = 4096
+# How long a sandbox's start waits for a copy when every copy is held and no more can be made.
+WAIT_FOR_COPY_S = 120.0
 # The copies a harness leaves at its start when nobody holds them, for the next sandboxes
 # (more are made again, ~0.4 s each, when more sandboxes run at once).
 KEPT_COPIES = max(8, 2 * (os.cpu_count() or 1))
@@ -117,21 +120,34 @@ class RuntimeCopies:
 
     def take(self) -> RuntimeRoot:
         """A copy that no sandbox of any harness on the host holds now, made if every copy is
-        held. Raises OSError (leases.LeaseError among them) when none can be had."""
-        for _ in range(8):
+        held; where no more can be made (a full /dev/shm: a container's is 64 MiB by default),
+        the first one given back, waited for up to WAIT_FOR_COPY_S (so sandboxes take turns
+        with the copies there are). Raises OSError (leases.LeaseError among them) when none
+        can be had."""
+        waited, why = 0.0, ""
+        while waited <= WAIT_FOR_COPY_S:
             existing = self.numbers()
             for number in existing:  # the lowest free one: a host keeps as few copies as it needs
                 lease = leases.try_take(self.kind, number, directory=self.locks)
                 if lease is not None:
                     return self._ready(lease, existing)
             free = next(n for n in range(len(existing) + 1) if n not in existing)
-            if free >= MAX_COPIES:
-                break
-            lease = leases.try_take(self.kind, free, directory=self.locks)
+            lease = leases.try_take(self.kind, free, directory=self.locks) if free < MAX_COPIES and not why else None
             if lease is not None:
-                return self._ready(lease, existing)
-        raise leases.LeaseError(f"no copy of {self.python}'s files free or made under {self.home} "
-                                f"({len(self.numbers())} held; at most {MAX_COPIES})")
+                try:
+                    return self._ready(lease, existing)
+                except OSError as err:
+                    if not existing:
+                        raise
+                    from gdpo_nemo.sandbox.protocol import warn_once  # protocol imports this module's importer
+
+                    why = str(err)  # no room for another: wait for one of those there are
+                    warn_once("runtime-copies", f"gdpo_nemo.sandbox: no room for another copy of the interpreter's "
+                              f"files ({why}); sandboxes wait for one of the {len(existing)} there are")
+            time.sleep(0.02)
+            waited += 0.02
+        raise leases.LeaseError(f"no copy of {self.python}'s files free or made under {self.home} within "
+                                f"{WAIT_FOR_COPY_S:.0f} s ({len(self.numbers())} there, all held; {why or 'at most ' + str(MAX_COPIES)})")
 
     def _ready(self, lease: leases.Lease, existing: list[int]) -> RuntimeRoot:
         path = self.path(lease.number)
