@@ -65,8 +65,9 @@ SKIPPED_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "conf
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 # The most copies of one interpreter a host makes: one per sandbox alive at the same time.
 MAX_COPIES = 4096
-# How long a sandbox's start waits for a copy when every copy is held and no more can be made.
-WAIT_FOR_COPY_S = 120.0
+# How long a sandbox's start waits for a copy when every copy is held and no more can be made
+# (sandboxes that retire give theirs back within seconds; a pool's idle ones keep theirs).
+WAIT_FOR_COPY_S = 30.0
 # The copies a harness leaves at its start when nobody holds them, for the next sandboxes
 # (more are made again, ~0.4 s each, when more sandboxes run at once).
 KEPT_COPIES = max(8, 2 * (os.cpu_count() or 1))
@@ -146,8 +147,11 @@ class RuntimeCopies:
                               f"files ({why}); sandboxes wait for one of the {len(existing)} there are")
             time.sleep(0.02)
             waited += 0.02
-        raise leases.LeaseError(f"no copy of {self.python}'s files free or made under {self.home} within "
-                                f"{WAIT_FOR_COPY_S:.0f} s ({len(self.numbers())} there, all held; {why or 'at most ' + str(MAX_COPIES)})")
+        raise leases.LeaseError(
+            f"no copy of {self.python}'s files free or made under {self.home} within {WAIT_FOR_COPY_S:.0f} s "
+            f"({len(self.numbers())} there, all held by running sandboxes; {why or 'at most ' + str(MAX_COPIES)}): "
+            f"give {SHM} room for one copy (about 50 MiB) per sandbox that runs at once (e.g. docker --shm-size), "
+            "or run fewer sandbox workers")
 
     def _ready(self, lease: leases.Lease, existing: list[int]) -> RuntimeRoot:
         path = self.path(lease.number)
