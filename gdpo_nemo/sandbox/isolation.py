@@ -226,8 +226,8 @@ class Isolation:
         """The part of bubblewrap's command line after the system's files: the copy `root`
         (only it: every file a program can read is this sandbox's alone), devices, /proc with
         its host-wide counters hidden, the read-only root, the environment. Where there are
-        copies and `root` is None, the sandbox has no interpreter: what it builds is only the
-        job's frame of reference (SandboxWorker's), never started."""
+        copies, a sandbox that starts needs its `root`: without one it has no /usr at all
+        (SandboxWorker makes such a Launch only to build its jobs, and never starts it)."""
         args = []
         if root is not None:
             for top in root.tops:
