@@ -11,17 +11,21 @@ Channels (--channel, default all):
 - forks: the kernel's count of forks since boot (the `processes` line of /proc/stat). The
   sandbox binds an empty file over /proc/stat (issue 46), so the receiver reads nothing:
   printed as closed.
+- idle: the idle time of every CPU together (the second field of /proc/uptime), which a sender
+  that spins through a 1-slot holds back. The sandbox binds an empty file over /proc/uptime
+  (issue 46, with pressure/, the host's stall times): printed as closed.
 - inodes: inode numbers of pipes, sockets and anonymous files, handed out per CPU in batches
   of 1,024 from one host-wide counter (Linux's get_next_ino). The sender makes `--pipes` pipes
   in a 1-slot; the receiver makes pipes until it enters a new batch, whose number tells how many
   batches every CPU of the host took since its last one. Nothing in /proc: it cannot be hidden.
 
-    python benchmarks/bench_host_channel.py [--channel forks|inodes|all] [--trials 5] [--bits 16] [--slot 0.1]
+    python benchmarks/bench_host_channel.py [--channel forks|idle|inodes|all] [--trials 5] [--bits 16] [--slot 0.1]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 
 from gdpo_nemo.sandbox import Case, Limits, Sandbox, SandboxPool
@@ -46,6 +50,12 @@ def send():
             os._exit(0)
         os.waitpid(pid, 0)
 """,
+    "idle": """
+def send():
+    busy_until = time.time() + {amount} * slot
+    while time.time() < busy_until:
+        pass
+""",
     "inodes": """
 def send():
     for _ in range({amount}):
@@ -68,6 +78,12 @@ def read():
         if line.startswith("processes"):
             return int(line.split()[1])
     return None  # hidden: the sandbox's /proc/stat is empty
+""",
+    "idle": """
+def read():
+    # hundredths of a second all CPUs spent idle, negated: a spinning sender makes it grow
+    fields = open("/proc/uptime").read().split()
+    return -round(float(fields[1]) * 100) if fields else None  # hidden: empty
 """,
     "inodes": """
 def read():
@@ -100,11 +116,15 @@ for index in range({count}):
 print(received)
 """
 # What a 1 sends (forks, or pipes: 4 batches of inode numbers), and the receiver's threshold.
-AMOUNTS = {"forks": (40, 20), "inodes": (4096, 2)}
+# idle: the sender spins for 0.7 of a slot, holding back 0.7 slot of one CPU's idle time; the
+# threshold (set per run from the slot and the CPUs) lies halfway.
+AMOUNTS = {"forks": (40, 20), "idle": (0.7, None), "inodes": (4096, 2)}
 
 
 def measure(pool, channel: str, trials: int, bits: int, slot: float, generator: random.Random) -> None:
     amount, threshold = AMOUNTS[channel]
+    if channel == "idle":  # idle hundredths per slot, negated: all CPUs idle, less half the spin
+        threshold = -round((os.cpu_count() - amount / 2) * slot * 100)
     errors = total = 0
     for trial in range(trials):
         sent_bits = "".join(generator.choice("01") for _ in range(bits))

@@ -9,7 +9,8 @@ seconds per answer, an answer stopped by the in-worker timer, and a stuck worker
 The responses are synthetic but shaped like real ones: exact, partially right, malformed.
 Last, the code judge's cost on hostile output shapes (the harness's CPU, GIL held): 8 MiB of
 newlines after a correct stdout answer against the same bytes as one line, and a returned list
-of 4 million zeros against json.loads of its text alone (--skip-judging leaves it out).
+of 4 million zeros, and one of 350,000 pairs, against json.loads of its text alone
+(--skip-judging leaves it out).
 """
 
 from __future__ import annotations
@@ -161,11 +162,16 @@ def bench_judging(repeats: int) -> None:
     line_s = _best_of(repeats, lambda: output_matches(one_line, ["3"]))
     print(f"judging a correct answer then 8 MiB of newlines: {1000 * flood_s:.1f} ms;"
           f" the same bytes as one line: {1000 * line_s:.1f} ms (ratio {flood_s / line_s:.1f})")
-    text = json.dumps([["list", [0] * (4 << 20)]])
-    decode_s = _best_of(repeats, lambda: decode_values(text, 1))
-    json_s = _best_of(repeats, lambda: json.loads(text))
-    print(f"decoding a returned list of 4M zeros ({len(text) >> 20} MiB): {decode_s:.3f} s;"
-          f" json.loads of its text alone: {json_s:.3f} s (ratio {decode_s / json_s:.1f})")
+    shapes = {  # plain members (decoded at C speed), and as many small containers as fit in 8 MiB
+        "4M zeros": ["list", [0] * (4 << 20)],
+        "350k pairs (tuples)": ["list", [["tuple", [i, i]] for i in range(350_000)]],
+    }
+    for name, value in shapes.items():
+        text = json.dumps([value], separators=(",", ":"))
+        decode_s = _best_of(repeats, lambda: decode_values(text, 1))
+        json_s = _best_of(repeats, lambda: json.loads(text))
+        print(f"decoding a returned list of {name} ({len(text) >> 20} MiB): {decode_s:.3f} s;"
+              f" json.loads of its text alone: {json_s:.3f} s (ratio {decode_s / json_s:.1f})")
 
 
 def main(argv: list[str] | None = None) -> int:

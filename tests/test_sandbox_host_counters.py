@@ -9,7 +9,8 @@ import os
 import pytest
 from sandbox_support import SMALL, sandbox  # noqa: F401  (fixture)
 
-from gdpo_nemo.sandbox.isolation import HIDDEN_PROC
+from gdpo_nemo.sandbox import Case
+from gdpo_nemo.sandbox.isolation import HIDDEN_PROC, HIDDEN_PROC_DIRS
 
 PROBE = """
 import json, os, subprocess, sys
@@ -50,3 +51,83 @@ def test_the_host_has_what_the_sandbox_hides(name):
     """The control: outside the sandbox these files are the host's counters."""
     with open(f"/proc/{name}", "rb") as handle:
         assert len(handle.read()) > 0
+
+
+SCAN = """
+import json, os, time
+def read_all(directory, depth=0):
+    seen = {}
+    try:
+        names = os.listdir(directory)
+    except PermissionError:  # root's alone (tty/driver)
+        return seen
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.isdigit() or name in ("self", "thread-self") or os.path.islink(path):
+            continue  # the program's own processes (and /proc/net, a link to its own network's)
+        if os.path.isdir(path):
+            if depth < 6:
+                seen.update(read_all(path, depth + 1))
+            continue
+        try:
+            with open(path, "rb") as handle:
+                seen[path] = handle.read(1 << 16)
+        except OSError:
+            pass  # root's alone (kcore, kmsg, kpage*) or not readable
+    return seen
+time.sleep(0.3)  # the busy program is at work
+before = read_all("/proc")
+time.sleep(2.0)
+after = read_all("/proc")
+print(json.dumps({"read": len(before), "moved": sorted(p for p in before if after.get(p) != before[p]),
+                  "hidden_dirs": {name: os.listdir("/proc/" + name) for name in %r if os.path.isdir("/proc/" + name)}}))
+""" % (HIDDEN_PROC_DIRS,)
+
+BUSY = """
+import mmap, os, socket, threading, time
+end = time.time() + 2.8
+while time.time() < end:
+    for _ in range(5):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    for _ in range(100):
+        r, w = os.pipe()
+        os.close(r)
+        os.close(w)
+    memory = mmap.mmap(-1, 32 << 20)
+    memory.write(b"x" * (32 << 20))
+    memory.close()
+    with open("/tmp/f", "wb") as handle:
+        handle.write(b"y" * (4 << 20))
+    os.unlink("/tmp/f")
+    threads = [threading.Thread(target=time.sleep, args=(0.01,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    a, b = socket.socketpair()
+    a.send(b"x" * 100000)
+    a.close()
+    b.close()
+print("done")
+"""
+
+
+def test_no_file_under_proc_outside_the_programs_own_moves_while_another_sandbox_works(sandbox):
+    """Every /proc file a program can read, but those of its own processes and network, is the
+    same 2 s later while a program in another sandbox forks, makes pipes, threads and sockets,
+    takes memory and writes files (the host's own work moves host-wide counters too): only a
+    random UUID differs. Before: uptime (idle time of every CPU), pressure/ (stall times of the
+    whole machine) and fs/ext4 (the host disk's free blocks) moved."""
+    from gdpo_nemo.sandbox import Limits, SandboxPool
+
+    limits = Limits(cpu_seconds=6, wall_seconds=10, memory_bytes=512 << 20, max_processes=8, tmp_bytes=8 << 20)
+    with SandboxPool(workers=2, sandbox=sandbox, limits=limits) as pool:
+        [[scan], [busy]] = pool.run_many([(SCAN, [Case()]), (BUSY, [Case()])])
+    assert scan.status == "ok" and busy.stdout == "done\n", (scan.stderr[-2000:], busy.status, busy.stderr[-2000:])
+    seen = json.loads(scan.stdout)
+    assert seen["read"] > 100  # /proc is there: cpuinfo, sys/..., the namespace's own files
+    assert seen["moved"] == ["/proc/sys/kernel/random/uuid"], seen["moved"]
+    assert all(listing == [] for listing in seen["hidden_dirs"].values()), seen["hidden_dirs"]

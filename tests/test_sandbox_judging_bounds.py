@@ -401,7 +401,7 @@ def test_each_reused_sandbox_runs_as_a_host_uid_of_its_own(sandbox):
 
 def test_the_host_channel_benchmark_runs_two_real_programs_side_by_side():
     """benchmarks/bench_host_channel.py, whose figures docs/sandbox.md quotes for the host-wide
-    channels, at toy size: the fork counter reads as closed (hidden), the inode counter that
+    channels, at toy size: the fork counter and the idle time read as closed (hidden), the inode counter that
     remains runs and reports what the receiver decoded."""
     import subprocess
     import sys
@@ -411,7 +411,8 @@ def test_the_host_channel_benchmark_runs_two_real_programs_side_by_side():
                           cwd=repo, capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "PYTHONPATH": str(repo)})
     assert done.returncode == 0, done.stderr[-2000:]
-    closed, trial, summary = done.stdout.strip().splitlines()[-3:]
-    assert closed == "forks: closed (the counter reads empty inside the sandbox)", done.stdout  # /proc/stat hidden
+    forks, idle, trial, summary = done.stdout.strip().splitlines()[-4:]
+    assert forks == "forks: closed (the counter reads empty inside the sandbox)", done.stdout  # /proc/stat hidden
+    assert idle == "idle: closed (the counter reads empty inside the sandbox)", done.stdout  # /proc/uptime hidden
     assert trial.startswith("inodes trial 0: sent ") and " received " in trial and "(nothing" not in trial, trial
     assert summary.startswith("inodes: raw rate 10 bits/s; bit errors "), summary

@@ -2,15 +2,18 @@
 
 The reproducer's method, run by real programs in real sandboxes: a sender marks pages of a
 file every sandbox can read (evicts the window with fadvise, then reads one byte of each page
-that carries a 1), and a receiver reads the window's residency without changing it: a
-non-blocking read per page (RWF_NOWAIT: EAGAIN when the page is not cached), mincore on a
-mapping of the file, its own page map after one fault (the kernel maps the cached neighbours of
-a faulting page), and the time of a one-byte read per page. With the host's files bound into
-the sandbox (the old layout, kept as the control) the receiver reads the sender's bits (the
-non-blocking read gets 99 %: mincore already reports every page of a file the caller cannot
-write as resident, and the page map is closed to the non-dumpable program); with
-the tmpfs copy every probe sees every page resident, whatever the sender did, concurrently
-and in the next program of the same sandbox.
+that carries a 1, and keeps a one-page mapping of it), and a receiver reads the window's
+residency without changing it: a non-blocking read per page (RWF_NOWAIT: EAGAIN when the page is
+not cached), mincore on a mapping of the file, its own page map after one fault (the kernel maps
+the cached neighbours of a faulting page), the time of a one-byte read per page, and last how
+many processes map each page (its own one-page mappings' Pss in /proc/self/smaps: 4 kB shared
+by that count). With the host's files bound into the sandbox (the old layout, kept as the
+control) the receiver reads the sender's bits (the non-blocking read and the map count get
+99 %: mincore already reports every page of a file the caller cannot write as resident, and
+the page map is closed to the non-dumpable program); one tmpfs copy shared by every sandbox
+kept every page resident but still showed the map count (160 of 160 bits in 9 ms); with a copy
+of its own per sandbox every probe sees every page resident and mapped by itself alone,
+whatever the sender did, concurrently and in the next program of the same sandbox.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import random
 import warnings
 
 import pytest
-from sandbox_support import needs_bwrap
+from sandbox_support import needs_bwrap, sandbox  # noqa: F401  (the fixture)
 
 from gdpo_nemo.sandbox import Case, Limits, Sandbox, SandboxPool
 
@@ -36,20 +39,28 @@ fd = os.open(path, os.O_RDONLY)
 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead: one page per read
 def offset(i):
     return (i + 1) * PAGE
+def window(i):  # a mapping of page i alone, faulted in (without reading the pages around it in)
+    page = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ, offset=offset(i))
+    page.madvise(mmap.MADV_RANDOM)
+    page[0]
+    return page
 """
 
 SENDER = COMMON + """
 bits = {pattern!r}
-os.posix_fadvise(fd, offset(0), BITS * PAGE, os.POSIX_FADV_DONTNEED)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the whole file: a large folio across the window's edge goes too
 for i, bit in enumerate(bits):
     if bit == "1":
         os.pread(fd, 1, offset(i))
-print("sent", flush=True)
+held = [window(i) for i, bit in enumerate(bits) if bit == "1"]
+marked = time.time()
 time.sleep({hold})
+print("sent", marked, time.time(), flush=True)  # when the marks were all there, and until when
 """
 
 RECEIVER = COMMON + """
 time.sleep({wait})
+began = time.time()
 libc = ctypes.CDLL(None, use_errno=True)
 length = (BITS + 1) * PAGE
 mapped = mmap.mmap(fd, length, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -83,7 +94,22 @@ for i in range(BITS):
     start = time.perf_counter_ns()
     os.pread(fd, 1, offset(i))
     timed.append(time.perf_counter_ns() - start)
-print(json.dumps({{"nowait": nowait, "mincore": core, "pagemap": paged, "ns": timed}}), flush=True)
+# How many processes map each page: a one-page mapping's Pss is 4 kB over that count (the
+# window above goes first: its own mapping of pages 1-15 would count twice).
+mapped.close()
+windows = [window(i) for i in range(BITS)]
+pss = {{}}
+with open("/proc/self/smaps") as smaps:
+    page = None
+    for line in smaps:
+        fields = line.split()
+        if fields[-1] == path and len(fields) == 6:
+            page = int(fields[2], 16) // PAGE - 1
+        elif page is not None and fields[0] == "Pss:":
+            pss[page], page = int(fields[1]), None
+shared = [1 if pss.get(i, 4) < PAGE // 1024 else 0 for i in range(BITS)]
+print(json.dumps({{"nowait": nowait, "mincore": core, "pagemap": paged, "ns": timed, "shared": shared,
+                  "probed": [began, time.time()]}}), flush=True)
 """
 
 
@@ -93,17 +119,26 @@ def _pattern(seed: int) -> str:
 
 
 def _observe(pool_or_box, pattern: str, *, concurrent: bool) -> dict:
+    """What the receiver saw after (or, `concurrent`, while) the sender marked `pattern`."""
     sender = SENDER.format(bits=BITS, pattern=pattern, hold=1.5 if concurrent else 0)
     receiver = RECEIVER.format(bits=BITS, wait=0.5 if concurrent else 0)
-    if concurrent:  # two sandboxes at once: the receiver probes while the sender holds its marks
-        results = pool_or_box.run_many([(sender, [Case()]), (receiver, [Case()])])
-        sent, seen = results[0][0], results[1][0]
-    else:  # one after the other, in the same reused sandbox
-        sent = pool_or_box.run_cases(sender, [Case()], LIMITS)[0]
-        seen = pool_or_box.run_cases(receiver, [Case()], LIMITS)[0]
-    assert sent.stdout.startswith("sent"), (sent.status, sent.stderr[-2000:])
-    assert seen.status == "ok", (seen.status, seen.stderr[-2000:])
-    return json.loads(seen.stdout)
+    for _ in range(3):
+        if concurrent:  # two sandboxes at once: the receiver probes while the sender holds its marks
+            pool_or_box.run_many([("pass", [Case()]), ("pass", [Case()])])  # both sandboxes started
+            results = pool_or_box.run_many([(sender, [Case()]), (receiver, [Case()])])
+            sent, seen = results[0][0], results[1][0]
+        else:  # one after the other, in the same reused sandbox
+            sent = pool_or_box.run_cases(sender, [Case()], LIMITS)[0]
+            seen = pool_or_box.run_cases(receiver, [Case()], LIMITS)[0]
+        assert sent.stdout.startswith("sent"), (sent.status, sent.stderr[-2000:])
+        assert seen.status == "ok", (seen.status, seen.stderr[-2000:])
+        marked, until = map(float, sent.stdout.split()[1:3])
+        observed = json.loads(seen.stdout)
+        began, ended = observed["probed"]
+        if not concurrent or marked <= began and ended <= until:
+            return observed
+        # a loaded machine started one sandbox's program too late for the two to overlap: again
+    raise AssertionError(f"the receiver never probed while the sender held its marks ({marked}-{until}: {began}-{ended})")
 
 
 def _agreement(observed: list, pattern: str) -> float:
@@ -121,17 +156,17 @@ def host_files_box():
     from gdpo_nemo.sandbox import runtime
 
     box = Sandbox(backend="bwrap")
-    built = runtime._BUILT.get(box.python)
-    runtime._BUILT[box.python] = (None, "the test's control: the host's files")
+    built = runtime._COPIES.get(box.python)
+    runtime._COPIES[box.python] = (None, "the test's control: the host's files")
     try:
         with warnings.catch_warnings():  # the Sandbox says, once, that programs read the host's files
             warnings.simplefilter("ignore", RuntimeWarning)
             box._get_isolation()
     finally:
         if built is None:
-            runtime._BUILT.pop(box.python, None)
+            runtime._COPIES.pop(box.python, None)
         else:
-            runtime._BUILT[box.python] = built
+            runtime._COPIES[box.python] = built
     assert box._get_isolation().runtime is None
     return box
 
@@ -150,6 +185,10 @@ def test_the_probes_read_a_senders_pages_through_the_host_files_page_cache(host_
     # the non-blocking read decodes the sender's bits (mincore does not: this kernel reports a
     # file the caller cannot write as all resident, its own defence against this probe)
     assert _agreement(seen["nowait"], pattern) >= 0.95, seen
+    with SandboxPool(workers=2, sandbox=host_files_box, limits=LIMITS) as pool:
+        seen = _observe(pool, pattern, concurrent=True)
+    # and the map count reads the pages a concurrent sender maps
+    assert _agreement(seen["shared"], pattern) >= 0.95, seen
 
 
 @needs_bwrap
@@ -172,52 +211,164 @@ def test_no_probe_reads_anything_a_sender_did_to_the_files_programs_can_read(con
         # non-blocking read: EOPNOTSUPP for every page, as constant as "cached")
         assert seen["nowait"] in ([1] * BITS, [-95] * BITS) and seen["mincore"] == [1] * BITS, seen
         assert seen["pagemap"] in (None, [1] * 15), seen
+        # no page is mapped by any other process (one copy shared by every sandbox: 100 %)
+        assert seen["shared"] == [0] * BITS, seen
         # timing: all reads are page-cache hits; what a median cut decodes is chance
         assert _agreement(_timing_bits(seen["ns"]), pattern) <= 0.75, (pattern, seen["ns"])
 
 
-ASK = """
+HOLD = """
 import json, sys
-from gdpo_nemo.sandbox.runtime import runtime_root
-root, why = runtime_root("/usr/bin/python3" if len(sys.argv) < 2 else sys.argv[1])
-print(json.dumps({"path": str(root.path) if root else None, "why": why, "tops": list(root.tops) if root else []}))
+from pathlib import Path
+from gdpo_nemo.sandbox import runtime
+runtime.SHM = Path(sys.argv[2])  # the test's own place: copies no other process takes or removes meanwhile
+copies, why = runtime.runtime_copies(sys.argv[1])
+root = copies.take()
+print(json.dumps({"path": str(root.path), "tops": list(root.tops), "inode": root.empty.stat().st_ino}), flush=True)
 sys.stdin.read()  # holds the copy until told to stop
 """
 
 
-def test_one_copy_per_host_and_interpreter_serves_every_harness_and_an_unused_old_one_goes(tmp_path):
-    """Harness processes share one copy (the first builds it, the others find it); a copy of
-    another interpreter that a live harness holds stays, one nobody holds is removed."""
-    import fcntl
+@needs_bwrap
+def test_each_harness_holds_a_copy_of_its_own_until_it_gives_it_back_and_old_copies_go(monkeypatch):
+    """Two harness processes that each hold a copy hold different copies (different files,
+    different pages); once one gives its copy back (here by ending) the next taker gets that
+    copy, not a new one. Copies of another interpreter, shared copies of the layout before and
+    copies past the first KEPT_COPIES that nobody holds are removed; those held stay."""
     import os
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
 
     from gdpo_nemo.sandbox import leases, runtime
+    from gdpo_nemo.sandbox.isolation import default_python
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    unused, held = (runtime.SHM / f"gdpo-nemo-runtime-{name}" for name in ("0000aaaa0000aaaa", "0000bbbb0000bbbb"))
-    for old in (unused, held):
-        (old / "usr").mkdir(parents=True, exist_ok=True)
-    leases.lease_dir().mkdir(parents=True, exist_ok=True)
-    holder = os.open(leases.lease_dir() / "runtime-0000bbbb0000bbbb.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(holder, fcntl.LOCK_SH)  # a live harness of another interpreter
-    harnesses = [subprocess.Popen([sys.executable, "-c", ASK], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env=env) for _ in range(2)]
-    try:
-        seen = [json.loads(h.stdout.readline()) for h in harnesses]
-        assert seen[0]["path"] == seen[1]["path"] is not None and seen[0]["why"] == "", seen
-        assert set(seen[0]["tops"]) >= {"usr", "etc"}
-        assert not unused.exists() and held.exists()
-    finally:
-        for h in harnesses:
-            h.stdin.close()
-            h.wait()
-        os.close(holder)
-        import shutil
+    place = runtime.SHM / f"gdpo-nemo-test-{os.getpid()}"  # a tmpfs, as /dev/shm is
+    place.mkdir()
+    monkeypatch.setattr(runtime, "SHM", place)
+    monkeypatch.setattr(runtime, "_COPIES", {})  # this process looks there, as a new harness would
 
-        shutil.rmtree(held, ignore_errors=True)
-        shutil.rmtree(unused, ignore_errors=True)
-        (leases.lease_dir() / "runtime-0000bbbb0000bbbb.lock").unlink(missing_ok=True)
-    assert not (leases.lease_dir() / "runtime-0000aaaa0000aaaa.lock").exists()  # removed with its copy
+    def hold():
+        harness = subprocess.Popen([sys.executable, "-c", HOLD, default_python(), str(place)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, env=env)
+        harnesses.append(harness)
+        return json.loads(harness.stdout.readline())
+
+    harnesses, holders = [], []
+    try:
+        first, second = hold(), hold()
+        assert first["path"] != second["path"] and first["inode"] != second["inode"], (first, second)
+        assert set(first["tops"]) >= {"usr", "etc"}
+        harnesses[0].stdin.close()
+        harnesses[0].wait()  # gives its copy back (the kernel drops the lease with the process)
+        assert hold()["path"] == first["path"]  # the copy given back, not a new one
+        home = runtime.copies_home()
+        copies = runtime.runtime_copies(default_python())[0]
+        assert copies is not None and str(copies.home) == str(home)
+        # what a harness removes at its start, when nobody holds it
+        unused, held = home / "0000aaaa0000aaaa-0", home / "0000bbbb0000bbbb-3"  # another interpreter's
+        surplus, kept = (copies.path(runtime.KEPT_COPIES + n) for n in (5, 6))  # this one's, past KEPT_COPIES
+        shared = place / "gdpo-nemo-runtime-0000cccc0000cccc"  # the layout before: one for every sandbox
+        for path in (unused, held, surplus, kept, shared):
+            (path / "usr").mkdir(parents=True)
+        holders += [leases.try_take("runtime_0000bbbb0000bbbb", 3, directory=home / "locks"),
+                    leases.try_take(copies.kind, runtime.KEPT_COPIES + 6, directory=home / "locks")]
+        runtime._COPIES.clear()
+        runtime.runtime_copies(default_python())
+        assert [path.exists() for path in (unused, held, surplus, kept, shared)] == [False, True, False, True, False]
+        assert not leases.lease_path("runtime_0000aaaa0000aaaa", 0, directory=home / "locks").exists()
+    finally:
+        for harness in harnesses:
+            if harness.poll() is None:
+                harness.stdin.close()
+                harness.wait()
+        for holder in holders:
+            holder.release()
+        shutil.rmtree(place, ignore_errors=True)
+
+
+HELD = """
+import ctypes, errno, json, mmap, os, platform
+fd = os.open(os.path.join(os.path.dirname(os.__file__), "pydoc_data", "topics.py"), os.O_RDONLY)
+mapped = mmap.mmap(fd, 64 * mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+mapped[0]
+def outcome(call):
+    try:
+        call()
+        return "ok"
+    except OSError as error:
+        return errno.errorcode[error.errno]
+seen = {{name: outcome(lambda advice=advice: mapped.madvise(advice)) for name, advice in {advice!r}.items()}}
+libc = ctypes.CDLL(None, use_errno=True)
+address = ctypes.addressof(ctypes.c_char.from_buffer(bytearray(mmap.PAGESIZE)))
+numbers = {numbers!r}[platform.machine()]
+nodes = (ctypes.c_ulong * 1)(1)
+status = (ctypes.c_int * 1)()
+pages = (ctypes.c_void_p * 1)(address - address % mmap.PAGESIZE)
+arguments = {{
+    "mbind": (pages[0], mmap.PAGESIZE, 0, None, 0, 2),  # MPOL_DEFAULT, MPOL_MF_MOVE
+    "migrate_pages": (0, 64, nodes, nodes),
+    "move_pages": (0, 1, pages, None, status, 0),
+    "get_mempolicy": (status, None, 0, pages[0], 3),  # MPOL_F_NODE | MPOL_F_ADDR: the node a page lies on
+}}
+for name, args in arguments.items():
+    result = libc.syscall(ctypes.c_long(numbers[name]), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    seen[name] = "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(seen))
+"""
+
+
+@needs_bwrap
+def test_a_program_cannot_change_how_the_pages_of_the_files_it_reads_are_held(sandbox):
+    """The next sandbox to lease a copy reads it after this one: the filter refuses pushing its
+    pages towards swap, collapsing them into huge pages, moving them between NUMA nodes and
+    asking which node a page lies on (EPERM); advice that changes nothing for another reader
+    still works."""
+    advice = {"MADV_COLD": 20, "MADV_PAGEOUT": 21, "MADV_HUGEPAGE": 14, "MADV_COLLAPSE": 25, "MADV_WILLNEED": 3,
+              "MADV_NORMAL": 0}
+    numbers = {"x86_64": {"mbind": 237, "migrate_pages": 256, "move_pages": 279, "get_mempolicy": 239},
+               "aarch64": {"mbind": 235, "migrate_pages": 238, "move_pages": 239, "get_mempolicy": 236}}
+    [result] = sandbox.run_cases(HELD.format(advice=advice, numbers=numbers), [Case()], LIMITS)
+    assert result.status == "ok", result.stderr[-2000:]
+    seen = json.loads(result.stdout)
+    assert {name: seen[name] for name in ("MADV_WILLNEED", "MADV_NORMAL")} == {"MADV_WILLNEED": "ok", "MADV_NORMAL": "ok"}
+    refused = ("MADV_COLD", "MADV_PAGEOUT", "MADV_HUGEPAGE", "MADV_COLLAPSE", "mbind", "migrate_pages", "move_pages",
+               "get_mempolicy")
+    assert {name: seen[name] for name in refused} == {name: "EPERM" for name in refused}, seen
+
+
+def test_where_no_more_copies_fit_a_sandbox_waits_for_one_given_back(monkeypatch):
+    """A full /dev/shm (a container's is 64 MiB by default) holds fewer copies than sandboxes
+    want: a start then waits for a copy another sandbox gives back, and says so once, instead
+    of failing or sharing one."""
+    import errno
+    import os
+    import shutil
+    import threading
+
+    from gdpo_nemo.sandbox import protocol, runtime
+    from gdpo_nemo.sandbox.isolation import default_python
+
+    place = runtime.SHM / f"gdpo-nemo-test-{os.getpid()}"  # a tmpfs, as /dev/shm is
+    place.mkdir()
+    monkeypatch.setattr(runtime, "SHM", place)
+    monkeypatch.setattr(runtime, "_COPIES", {})
+    monkeypatch.setattr(protocol, "_warned", set())
+    try:
+        copies = runtime.runtime_copies(default_python())[0]
+        assert copies is not None
+        first = copies.take()
+
+        def full(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(runtime, "_build", full)
+        threading.Timer(0.3, first.release).start()  # another sandbox ends
+        with pytest.warns(RuntimeWarning, match="no room for another copy"):
+            second = copies.take()
+        assert second.path == first.path and copies.numbers() == [first.lease.number]
+        second.release()
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

@@ -44,7 +44,7 @@ DEVICE_LINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
 # Host-wide counters under /proc that a program has no use for and that programs running at
 # the same time could signal each other through (issue 46: the locked-page count of vmstat,
 # 64 of 64 bits in 4.4 s; forks since boot in stat, about 10 bits/s; threads running in
-# loadavg): /dev/null is bound over each, so they read as empty files. What stays readable
+# loadavg): an empty read-only file is bound over each, so they read as empty. What stays readable
 # is what the sandbox's own namespaces scope (its processes, its network) and what Python
 # itself needs (cpuinfo, self/...); the driver takes its PID namespace's last PID from
 # /proc/sys/kernel/ns_last_pid, not loadavg.
@@ -52,7 +52,13 @@ HIDDEN_PROC = (
     "vmstat", "stat", "loadavg", "meminfo", "zoneinfo", "buddyinfo", "pagetypeinfo", "interrupts", "softirqs",
     "diskstats", "schedstat", "locks", "swaps", "vmallocinfo", "slabinfo", "key-users", "sys/fs/file-nr",
     "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state", "sys/fs/aio-nr", "sys/kernel/random/entropy_avail",
+    # idle time of every CPU, and the host's count of cgroups (moved by every sandbox's start)
+    "uptime", "cgroups",
 )
+# Directories of host-wide state under /proc, covered by an empty read-only tmpfs: pressure
+# stall times of the whole machine (CPU, memory, I/O), file systems' own statistics (ext4's
+# free blocks per group, its shrinker, jbd2's transactions), drivers' (the RTC's clock).
+HIDDEN_PROC_DIRS = ("pressure", "fs", "driver")
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (each start of
@@ -158,10 +164,16 @@ class Isolation:
         # Built once here so that an unknown machine fails before any program runs.
         self.seccomp_filter = seccomp.filter_program(inet=inet)
         self.seccomp_guard_sites = seccomp.guard_sites(self.seccomp_filter)
-        # What programs read of the host's files: a tmpfs copy made once per harness process
+        # What programs read of the host's files: a tmpfs copy that each sandbox holds alone
         # (gdpo_nemo.sandbox.runtime), else the host's directories (`runtime_note` says why).
-        self.runtime, self.runtime_note = runtime.runtime_root(python) if backend == "bwrap" else (None, "")
+        self.runtime, self.runtime_note = runtime.runtime_copies(python) if backend == "bwrap" else (None, "")
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
+
+    def take_root(self) -> runtime.RuntimeRoot | None:
+        """A copy of the files programs read for one new bubblewrap sandbox, which it alone
+        holds until `release()` (call it once the sandbox's processes are gone); None where
+        sandboxes read the host's files. Raises OSError when no copy can be had."""
+        return None if self.runtime is None else self.runtime.take()
 
     def _drop_privileges_prefix(self) -> list[str]:
         if self.uid is None:
@@ -199,10 +211,7 @@ class Isolation:
         for path in SYSTEM_DIRS:  # merged-/usr links (/bin -> usr/bin) as the host has them
             if os.path.islink(path):
                 args += ["--symlink", os.readlink(path), path]
-        if self.runtime is not None:  # only the copy: every page a program can read stays resident
-            for top in self.runtime.tops:
-                args += ["--ro-bind", str(self.runtime.path / top), f"/{top}"]
-        else:
+        if self.runtime is None:
             for path in SYSTEM_DIRS:
                 if not os.path.islink(path) and os.path.isdir(path):
                     args += ["--ro-bind", path, path]
@@ -211,6 +220,18 @@ class Isolation:
             prefix = os.path.dirname(os.path.dirname(os.path.realpath(self.python)))
             if not any(prefix == d or prefix.startswith(d + "/") for d in SYSTEM_DIRS):
                 args += ["--ro-bind", prefix, prefix]
+        return args
+
+    def _bwrap_tail(self, root: runtime.RuntimeRoot | None) -> list[str]:
+        """The part of bubblewrap's command line after the system's files: the copy `root`
+        (only it: every file a program can read is this sandbox's alone), devices, /proc with
+        its host-wide counters hidden, the read-only root, the environment. Where there are
+        copies, a sandbox that starts needs its `root`: without one it has no /usr at all
+        (SandboxWorker makes such a Launch only to build its jobs, and never starts it)."""
+        args = []
+        if root is not None:
+            for top in root.tops:
+                args += ["--ro-bind", str(root.path / top), f"/{top}"]
         for path in DEVICES:
             args += ["--dev-bind", path, path]
         for target, path in DEVICE_LINKS:
@@ -219,19 +240,24 @@ class Isolation:
         # could fill memory through / or /dev, around the size limit of /tmp.
         args += ["--proc", "/proc"]
         # an empty file of the copy's (read-only); without the copy, /dev/null (read, it is empty too)
-        hide = ["--ro-bind", str(self.runtime.empty)] if self.runtime is not None else ["--dev-bind", "/dev/null"]
+        hide = ["--ro-bind", str(root.empty)] if root is not None else ["--dev-bind", "/dev/null"]
         for name in HIDDEN_PROC:
             if os.path.exists(f"/proc/{name}"):
                 args += [*hide, f"/proc/{name}"]
+        for name in HIDDEN_PROC_DIRS:
+            if os.path.isdir(f"/proc/{name}"):
+                args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
         args += ["--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
         for key, value in scrubbed_env(SANDBOX_TMP).items():
             args += ["--setenv", key, value]
         return args
 
-    def launch(self, tmp_bytes: int, workdir: str | None, uid: int | None = None) -> Launch:
+    def launch(self, tmp_bytes: int, workdir: str | None, uid: int | None = None,
+               root: runtime.RuntimeRoot | None = None) -> Launch:
         """How to start the driver once. `workdir`: the rlimits backend's private directory (made by
         the caller, removed after the run); ignored by bwrap, whose /tmp is a fresh tmpfs. `uid`:
-        run as this uid instead of the Sandbox's (only when the harness is root)."""
+        run as this uid instead of the Sandbox's (only when the harness is root). `root`: the
+        sandbox's copy of the files programs read (`take_root`), where there are copies."""
         prefix = self._prefix
         if uid is not None and self.uid is not None:
             prefix = [self._prefix[0], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
@@ -241,6 +267,7 @@ class Isolation:
                 + self._bwrap_head[:1]
                 + ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
                 + self._bwrap_head[1:]
+                + self._bwrap_tail(root)
                 + ["--"]
                 + self._interpreter_args()
             )

@@ -120,40 +120,64 @@ def _sweep(directory: Path, kind: str) -> None:
         remove_unheld(path)
 
 
-def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:
-    """A lease on a number in [0, span) of `kind` that no other holder (of any process that
-    sees the same directory) has now. Raises LeaseError when none can be taken."""
-    if span < 1 or not kind.isidentifier():
-        raise UserError(f"take({kind!r}, {span}): a kind is an identifier and a span at least 1")
+def lease_path(kind: str, number: int, *, directory: Path | None = None) -> Path:
+    """The file whose lock is the lease on `number` of `kind`."""
+    return _path(lease_dir() if directory is None else Path(directory), kind, number)
+
+
+def _check(kind: str, directory: Path | None) -> Path:
+    if not kind.isidentifier():
+        raise UserError(f"lease kind {kind!r}: a kind is an identifier (letters, digits, underscores)")
     directory = lease_dir() if directory is None else Path(directory)
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise LeaseError(err.errno, f"cannot make the lease directory {directory} ({err.strerror}); set {LEASE_ENV}") from err
+    return directory
+
+
+def try_take(kind: str, number: int, *, directory: Path | None = None) -> Lease | None:
+    """The lease on exactly `number` of `kind`, or None when another holder has it now.
+    Raises LeaseError when the lease file cannot be opened or locked."""
+    directory = _check(kind, directory)
+    return _lock(directory, kind, number)
+
+
+def _lock(directory: Path, kind: str, number: int) -> Lease | None:
+    path = _path(directory, kind, number)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as err:
+        raise LeaseError(err.errno, f"cannot open {path} ({err.strerror})") from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None  # held by someone
+        raise LeaseError(err.errno, f"cannot lock {path} ({err.strerror})") from err
+    try:
+        current = os.stat(path, follow_symlinks=False).st_ino
+    except FileNotFoundError:
+        current = None
+    if current != os.fstat(fd).st_ino:  # released (unlinked) between our open and our lock
+        os.close(fd)
+        return None
+    return Lease(kind, number, path, fd)
+
+
+def take(kind: str, span: int, *, directory: Path | None = None) -> Lease:
+    """A lease on a number in [0, span) of `kind` that no other holder (of any process that
+    sees the same directory) has now. Raises LeaseError when none can be taken."""
+    if span < 1:
+        raise UserError(f"take({kind!r}, {span}): a span is at least 1")
+    directory = _check(kind, directory)
     _sweep(directory, kind)
     start = secrets.randbelow(span)
     for offset in range(min(span, 1 << 16)):
-        number = (start + offset) % span
-        path = _path(directory, kind, number)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as err:
-            raise LeaseError(err.errno, f"cannot open {path} ({err.strerror})") from err
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
-            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                continue  # held by someone
-            raise LeaseError(err.errno, f"cannot lock {path} ({err.strerror})") from err
-        try:
-            current = os.stat(path, follow_symlinks=False).st_ino
-        except FileNotFoundError:
-            current = None
-        if current != os.fstat(fd).st_ino:  # released (unlinked) between our open and our lock
-            os.close(fd)
-            continue
-        return Lease(kind, number, path, fd)
+        lease = _lock(directory, kind, (start + offset) % span)
+        if lease is not None:
+            return lease
     raise LeaseError(errno.EBUSY, f"no free {kind} lease in {directory} after {min(span, 1 << 16)} tries")
 
 

@@ -236,33 +236,39 @@ class Sandbox:
             workdir = tempfile.mkdtemp(prefix="gdpo-sandbox-")
             if isolation.uid is not None:
                 os.chown(workdir, isolation.uid, isolation.uid)
-        lease = None
+        held = []  # what the sandbox holds until its processes are gone: its uid, its copy of the files
         try:
-            # bubblewrap as root: a host uid of its own, as each start of a pool worker's sandbox has
-            if isolation.backend == "bwrap" and isolation.uid is not None:
-                lease = lease_host_uid()
-            launch = isolation.launch(limits.tmp_bytes, workdir, uid=None if lease is None else leased_uid(lease))
-            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge, lease)
+            root = None
+            if isolation.backend == "bwrap":
+                # as root, a host uid of its own, as each start of a pool worker's sandbox has
+                if isolation.uid is not None:
+                    held.append(lease_host_uid())
+                root = take_root(isolation)
+                if root is not None:
+                    held.append(root)
+            uid = leased_uid(held[0]) if isolation.uid is not None and isolation.backend == "bwrap" else None
+            launch = isolation.launch(limits.tmp_bytes, workdir, uid=uid, root=root)
+        except BaseException:
+            give_back(held, None)
+            if workdir is not None:
+                _remove_tree(workdir)
+            raise
+        try:
+            return self._run_in(isolation, launch, source, cases, limits, stop_on_timeout, judge, held)
         finally:
             if workdir is not None:
                 _remove_tree(workdir)
 
-    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout, judge, lease=None) -> list:
-        """Run one job in a new sandbox; `lease` (its uid's) is given back once the sandbox's
-        processes are gone: with its cgroup, or, without one, when bwrap (the init of the
-        sandbox's PID namespace, whose end kills the rest) has been waited for."""
+    def _run_in(self, isolation, launch, source, cases, limits, stop_on_timeout, judge, held=()) -> list:
+        """Run one job in a new sandbox; what it `held` (its uid's lease, its copy of the files)
+        is given back once the sandbox's processes are gone (`give_back`)."""
         cgroup = None
         try:
             blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
             cgroup = self.new_cgroup(limits, payload_bytes(blob))
             return self._run_process(launch, cgroup, blob, cases, limits, judge)
         finally:
-            if cgroup is not None:
-                if lease is not None:
-                    cgroup.hold_until_removed(lease)
-                cgroup.remove()
-            elif lease is not None:
-                lease.release()
+            give_back(held, cgroup)
 
     def _run_process(self, launch, cgroup, blob, cases, limits, judge) -> list:
         argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)
@@ -300,6 +306,28 @@ class Sandbox:
         finally:
             stderr.close()
         return collect(report, cases, limits, timed_out, text, process.returncode, judge)
+
+
+def take_root(isolation: Isolation):
+    """`isolation.take_root()`: the copy of the files programs read that a new sandbox holds
+    alone (None where sandboxes read the host's files); SandboxError when none can be had."""
+    try:
+        return isolation.take_root()
+    except OSError as err:
+        raise SandboxError(f"no copy of the interpreter's files is free for a new sandbox: {err}") from err
+
+
+def give_back(held, cgroup) -> None:
+    """Release what a sandbox `held` (leases, its copy of the files) once its processes are
+    gone: with its cgroup, removed here, when it has one; otherwise now (bwrap, the init of
+    the sandbox's PID namespace, whose end kills the rest, has been waited for)."""
+    if cgroup is not None:
+        for lease in held:
+            cgroup.hold_until_removed(lease)
+        cgroup.remove()
+    else:
+        for lease in held:
+            lease.release()
 
 
 def run_deadline(cases: list[Case], limits: Limits) -> float:

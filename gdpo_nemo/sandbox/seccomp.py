@@ -60,9 +60,14 @@ What it refuses (EPERM unless noted), and why a test program never needs it:
   TCP or UDP unless the Sandbox is made with `inet=True` (issue 35: TCP buffers escaped the
   sandbox's memory bound, and the host's ephemeral-port table and the namespace's protocol
   counters are shared state a program could move for another).
-- pushing pages towards swap (issue 46): `madvise` with MADV_COLD or MADV_PAGEOUT, and
-  `process_madvise`. The files a program can read are a tmpfs copy (gdpo_nemo.sandbox.runtime)
-  whose pages stay resident; swapping one out would make its residency a message again.
+- changing how the pages of the files it reads are held (issue 46): `madvise` with MADV_COLD,
+  MADV_PAGEOUT (towards swap), MADV_HUGEPAGE or MADV_COLLAPSE (into huge pages),
+  `process_madvise`, and moving pages between NUMA nodes or asking where one lies (`mbind`,
+  `migrate_pages`, `move_pages`, `get_mempolicy`). The files a program can read are a tmpfs
+  copy (gdpo_nemo.sandbox.runtime) that the next sandbox to lease it reads after this one: its
+  pages stay resident, small and where they are, so nothing a program did to them is left for
+  a later one to find. (The kernel's own NUMA balancing may still move a page towards the node
+  of a CPU that reads it often, on a host of several nodes; docs/sandbox.md.)
 - `setsid` (issue 46): each new session takes the next number of the host-wide autogroup
   counter, which a program reads in /proc/self/autogroup after its own setsid (32 of 32 bits
   in 3.2 s between concurrent sandboxes). The sandbox is a session of its own already
@@ -102,9 +107,13 @@ _COMMON = {  # numbers shared by every architecture (Linux >= 5.1 allocates them
 # between concurrent sandboxes (issue 35, class 1).
 FUTEX_PRIVATE_FLAG = 128
 _FUTEX = {"x86_64": 202, "aarch64": 98}
-# madvise(2) advice that pushes pages towards swap (issue 46): the files programs read are in a
-# tmpfs (gdpo_nemo.sandbox.runtime), resident for good unless a page can be swapped out.
-MADV_COLD, MADV_PAGEOUT = 20, 21
+# madvise(2) advice that changes how the pages of a file are held (issue 46): the files programs
+# read are a tmpfs copy (gdpo_nemo.sandbox.runtime) that later sandboxes read after this one,
+# resident for good unless a page is pushed towards swap (MADV_COLD, MADV_PAGEOUT), and held in
+# small pages unless collapsed into a huge one, for every reader (MADV_COLLAPSE; MADV_HUGEPAGE
+# lets khugepaged do it where tmpfs allows huge pages).
+MADV_HUGEPAGE, MADV_COLD, MADV_PAGEOUT, MADV_COLLAPSE = 14, 20, 21, 25
+REFUSED_MADVISE = (MADV_HUGEPAGE, MADV_COLD, MADV_PAGEOUT, MADV_COLLAPSE)
 _MADVISE = {"x86_64": 28, "aarch64": 233}
 # The futex2 calls carry their flags behind pointers or per waiter: refused (ENOSYS; no C
 # library needs them yet).
@@ -155,7 +164,7 @@ _X86_64 = {
     "lookup_dcookie": 212, "iopl": 172, "ioperm": 173, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
     "flock": 73, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "inotify_rm_watch": 255,
     "io_setup": 206, "io_destroy": 207, "io_getevents": 208, "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333,
-    "setsid": 112,
+    "setsid": 112, "mbind": 237, "migrate_pages": 256, "move_pages": 279, "get_mempolicy": 239,
 }
 _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/ioperm
     "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
@@ -167,7 +176,8 @@ _AARCH64 = {  # the generic table (asm-generic/unistd.h); aarch64 has no iopl/io
     "swapoff": 225, "acct": 89, "quotactl": 60, "name_to_handle_at": 264, "open_by_handle_at": 265, "kcmp": 272,
     "fanotify_init": 262, "lookup_dcookie": 18, "utimensat": 88, "flock": 32, "inotify_init1": 26,
     "inotify_add_watch": 27, "inotify_rm_watch": 28, "io_setup": 0, "io_destroy": 1, "io_submit": 2, "io_cancel": 3,
-    "io_getevents": 4, "io_pgetevents": 292, "setsid": 157,
+    "io_getevents": 4, "io_pgetevents": 292, "setsid": 157, "mbind": 235, "migrate_pages": 238, "move_pages": 239,
+    "get_mempolicy": 236,
 }
 # machine -> (AUDIT_ARCH_* value, syscall table, whether the x32 bit must be refused)
 MACHINES = {
@@ -243,7 +253,7 @@ def filter_program(machine: str | None = None, *, inet: bool = False) -> bytes:
     ]
     blocks["madvise"] = [
         (_LD_W_ABS, 0, 0, _ARGS + 16),  # args[2]: the advice
-        (_JEQ_K, "ret_perm", 0, MADV_COLD), (_JEQ_K, "ret_perm", 0, MADV_PAGEOUT), (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        *[(_JEQ_K, "ret_perm", 0, advice) for advice in REFUSED_MADVISE], (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
     ]
     blocks["setpgid"] = [(_LD_W_ABS, 0, 0, _ARGS + 8), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
     blocks["not_guarded"] = [(_LD_W_ABS, 0, 0, _ARGS), (_JEQ_K, "ret_perm", 0, guard), (_RET_K, 0, 0, SECCOMP_RET_ALLOW)]

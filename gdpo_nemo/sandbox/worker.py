@@ -26,7 +26,7 @@ import threading
 from gdpo_nemo.sandbox.isolation import lease_host_uid, leased_uid
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.protocol import Case, SandboxError, collect, job_blob, judged_reader, payload_bytes, read_report
-from gdpo_nemo.sandbox.runner import Sandbox, kill_group, run_deadline
+from gdpo_nemo.sandbox.runner import Sandbox, give_back, kill_group, run_deadline, take_root
 
 
 class SandboxWorker:
@@ -51,8 +51,8 @@ class SandboxWorker:
         # program can fill them for a program in another sandbox, of this harness or another.
         self.uid: int | None = None  # the running sandbox's (None before a start, or not root)
         self.uids_used: list[int] = []  # one per start, in order
-        self._lease = None
-        self._launch = self._isolation.launch(tmp_bytes, None)  # what jobs are built for (the uid is the start's)
+        self._held: list = []  # the running sandbox's uid lease and copy of the files (runtime.RuntimeRoot)
+        self._launch = self._isolation.launch(tmp_bytes, None)  # what jobs are built for (uid and files are the start's)
         self._process: subprocess.Popen | None = None
         self._cgroup = None
         self._stderr = None
@@ -79,16 +79,18 @@ class SandboxWorker:
 
     def _start(self, limits: Limits, payload: int) -> None:
         self._stderr = tempfile.TemporaryFile()  # never blocks the driver, read on failure
-        launch = self._launch
-        if self._isolation.uid is not None:
-            self._lease = lease_host_uid()
-            self.uid = leased_uid(self._lease)
-            self.uids_used.append(self.uid)
-            launch = self._isolation.launch(self.tmp_bytes, None, uid=self.uid)
         try:
+            if self._isolation.uid is not None:
+                self._held.append(lease_host_uid())
+                self.uid = leased_uid(self._held[-1])
+                self.uids_used.append(self.uid)
+            root = take_root(self._isolation)  # the files its programs read: this sandbox's alone
+            if root is not None:
+                self._held.append(root)
+            launch = self._isolation.launch(self.tmp_bytes, None, uid=self.uid, root=root)
             self._cgroup = self.sandbox.new_cgroup(limits, payload)
         except BaseException:
-            self._stop()  # gives the uid back
+            self._stop()  # gives the uid and the copy back
             raise
         argv = launch.argv if self._cgroup is None else self._cgroup.wrap(launch.argv)
         try:
@@ -147,7 +149,7 @@ class SandboxWorker:
         """End the sandbox now; its stderr (driver or bwrap diagnostics)."""
         process, self._process = self._process, None
         cgroup, self._cgroup = self._cgroup, None
-        lease, self._lease, self.uid = self._lease, None, None
+        held, self._held, self.uid = self._held, [], None
         if process is not None:
             kill_group(process)
             for stream in (process.stdin, process.stdout):
@@ -156,12 +158,7 @@ class SandboxWorker:
                 except OSError:
                     pass
             process.wait()
-        if cgroup is not None:
-            if lease is not None:  # given back once the cgroup is gone: no process of the uid is left
-                cgroup.hold_until_removed(lease)
-            cgroup.remove()
-        elif lease is not None:  # bwrap, the init of the sandbox's PID namespace, was waited for
-            lease.release()
+        give_back(held, cgroup)  # once the sandbox's processes are gone: with its cgroup, or now
         if process is None:
             return b""
         self._stderr.seek(0)
