@@ -4,11 +4,13 @@ Run by tests/nemo_tier/test_release.py in .venv-nemo with the release's source f
 PYTHONPATH (scripts/setup_nemo.sh unpacks it into .nemo-rl-release/source): the same
 dependency pins fit it, and this process imports the release, not the pin.
 
-    python tests/nemo_tier/release_scenarios.py matrix OUT       # every task once, math with DAPO
     python tests/nemo_tier/release_scenarios.py killed RUN.yaml RUN_DIR MODEL
-    python tests/nemo_tier/release_scenarios.py resume RUN_DIR OUT
+    python tests/nemo_tier/release_scenarios.py matrix OUT MODEL [RUN_DIR]
 
-Each writes what it saw as JSON to stdout's last line.
+`killed` runs the math run until a SIGKILL right after step 1's checkpoint; `matrix` trains
+every task once (math with DAPO on the early-stopping MODEL), then resumes RUN_DIR (the killed
+run) in the same process and Ray: one NeMo RL start-up (imports, Ray) fewer than a process of
+its own. `matrix` writes what it saw as JSON to stdout's last line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import cpu_config, early_stopping_tiny  # noqa: E402
+from support import cpu_config  # noqa: E402
 
 # Every task once, each with another estimator (as tests/nemo_tier's MATRIX); math keeps
 # DAPO on with the early-stopping model so its groups vary.
@@ -47,13 +49,13 @@ def _run(config: dict) -> dict:
             "moved": result.weights_after != result.weights_before}
 
 
-def matrix(out: Path) -> dict:
+def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
     from gdpo_nemo.engines.nemo.cpu import cluster
     from gdpo_nemo.engines.nemo.cpu.models import model_folder
+    from gdpo_nemo.runs import rundir
 
     seen = {"nemo_rl": _nemo_rl(), "runs": {}}
-    tiny, stopper = model_folder("tiny", seed=0), early_stopping_tiny(out / "early_stopping_tiny")
-    seen["stopper"] = str(stopper)
+    tiny = model_folder("tiny", seed=0)
     cluster.start_ray()
     try:
         for task, algo in MATRIX.items():
@@ -63,6 +65,8 @@ def matrix(out: Path) -> dict:
             else:
                 config = cpu_config(task, algo, run_dir, tiny, tiny=True, steps=2)
             seen["runs"][task] = _run(config)
+        if resume is not None:
+            seen["resumed"] = _run(rundir.read_config(resume))
     finally:
         cluster.stop_ray()
     return seen
@@ -89,15 +93,8 @@ def killed(source: Path, run_dir: Path, model: Path) -> None:
                    "--max-new-tokens", "32", "--data", "offline"]))
 
 
-def resume(run_dir: Path) -> dict:
-    from gdpo_nemo.runs import rundir
-
-    return {"nemo_rl": _nemo_rl(), "run": _run(rundir.read_config(run_dir))}
-
-
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "killed":
         killed(Path(args[0]), Path(args[1]), Path(args[2]))
-    seen = matrix(Path(args[0])) if mode == "matrix" else resume(Path(args[0]))
-    print(json.dumps(seen))
+    print(json.dumps(matrix(*map(Path, args))))

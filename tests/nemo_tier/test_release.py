@@ -4,8 +4,8 @@ The release (what NeMo RL's release containers hold) differs from the pin where 
 reach in: validate, grpo_train and run_multi_turn_rollout take one argument fewer, and its
 CheckpointManager has no begin_finalization (a save is renamed by finalize_checkpoint right
 away). tests/nemo_tier/release_scenarios.py runs, in .venv-nemo with the release first on
-PYTHONPATH: every task once (math with DAPO and runs that move), and the math run killed right
-after step 1's checkpoint, then resumed. And the hooks refuse, in one line naming the
+PYTHONPATH: the math run killed right after step 1's checkpoint, then (one process, one Ray)
+every task once (math with DAPO and runs that move) and the killed run resumed. And the hooks refuse, in one line naming the
 supported versions, a NeMo RL whose functions they would misread.
 """
 
@@ -52,10 +52,29 @@ def _scenario(env: dict, *args, expect_kill: bool = False) -> dict | None:
 
 @pytest.fixture(scope="module")
 def release_runs(local_ray, tmp_path_factory):
+    """The math run killed right after step 1's checkpoint (a process of its own), then one
+    process: every task once, and the killed run resumed. What the killed run left is
+    recorded before the resume, under "after_kill"."""
     if local_ray is None:
         return None
+    from gdpo_nemo import config as cc
+    from gdpo_nemo.runs import rundir
+
+    from support import early_stopping_tiny
+
     out = tmp_path_factory.mktemp("release")
-    return _scenario(_release_env(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "release"), "matrix", out)
+    env = _release_env(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "release")
+    stopper = early_stopping_tiny(out / "early_stopping_tiny")
+    run_dir = out / "killed"
+    config = cpu_config("math", "gdpo_no_bn", run_dir, stopper, tiny=False, compose=("gdpo.length_limit=10",), steps=3,
+                        generations=8, overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
+    source = out / "killed.yaml"
+    source.write_text(cc.dump(config))
+    _scenario(env, "killed", source, run_dir, stopper, expect_kill=True)
+    after_kill = {"checkpoints": [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")],
+                  "steps": [r["step"] for r in rundir.read_metrics(run_dir)]}
+    seen = _scenario(env, "matrix", out, stopper, run_dir)
+    return {**seen, "after_kill": after_kill, "killed_dir": str(run_dir)}
 
 
 def test_the_release_is_v070_and_every_hook_fits_it(release_runs):
@@ -84,28 +103,17 @@ def test_every_task_trains_in_the_releases_grpo_train_with_its_rewards_per_step(
         assert run["moved"] and run["generate_calls"] >= steps
 
 
-def test_a_release_run_killed_after_step_1_resumes_to_the_uninterrupted_numbers(release_runs, tmp_path):
+def test_a_release_run_killed_after_step_1_resumes_to_the_uninterrupted_numbers(release_runs):
     """The release renames a checkpoint in finalize_checkpoint right after saving it: held back
     by our hook until the step's record is written, a kill right after the rename leaves step 1's
     record, and the resumed run's steps 2-3 are the uninterrupted run's."""
     if release_runs is None:
         return
-    from gdpo_nemo import config as cc
     from gdpo_nemo.runs import rundir
 
-    stopper = Path(release_runs["stopper"])
-    run_dir = tmp_path / "killed"
-    config = cpu_config("math", "gdpo_no_bn", run_dir, stopper, tiny=False, compose=("gdpo.length_limit=10",), steps=3,
-                        generations=8, overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
-    source = tmp_path / "run.yaml"
-    source.write_text(cc.dump(config))
-    env = _release_env(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "release_killed")
-    _scenario(env, "killed", source, run_dir, stopper, expect_kill=True)
-    assert [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")] == [1]
-    assert [r["step"] for r in rundir.read_metrics(run_dir)] == [1]  # written before the checkpoint was released
-    resumed = _scenario(env, "resume", run_dir)
-    assert resumed["nemo_rl"]["version"].startswith("0.7.0")
-    mine = {r["step"]: r for r in rundir.read_metrics(run_dir)}
+    assert release_runs["after_kill"] == {"checkpoints": [1], "steps": [1]}  # written before the checkpoint was released
+    assert Path(release_runs["resumed"]["run_dir"]) == Path(release_runs["killed_dir"]).resolve()
+    mine = {r["step"]: r for r in rundir.read_metrics(Path(release_runs["killed_dir"]))}
     theirs = {r["step"]: r for r in rundir.read_metrics(Path(release_runs["runs"]["math"]["run_dir"]))}
     assert sorted(mine) == [1, 2, 3]
     for step in (1, 2, 3):
