@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
     if local_ray is None:
         return None
     runs = {}
+    before = _actor_classes()
     for task, algo in MATRIX.items():
         run_dir = tmp_path_factory.mktemp(f"{task}_{algo}") / "run"
         overrides: tuple = ()
@@ -115,7 +117,32 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
         printed = io.StringIO()
         result = _train(config, out=printed)
         runs[task] = (config, result, printed.getvalue())
+    _MATRIX_ACTORS.update(_actor_classes() - before)
     return runs
+
+
+_MATRIX_ACTORS: Counter = Counter()  # the Ray actors the matrix's runs made, by class
+
+
+def _actor_classes() -> Counter:
+    """How many actors of each class this Ray has made (live or dead: GCS's actor table)."""
+    from ray._private import state
+
+    return Counter(actor["ActorClassName"] for actor in state.actors().values())
+
+
+def test_each_run_starts_its_policy_worker_from_the_driver_not_from_an_initializer_actor(matrix_runs):
+    """NeMo RL makes each worker through an IsolatedWorkerInitializer actor (a process that
+    imports the worker's module, about 20 s of CPU); the CPU path runs that initializer's code
+    in the driver (gdpo_nemo.engines.nemo.cpu.cluster.workers_started_by_the_driver): one
+    policy worker per run, and no initializer actor, and every run above trained."""
+    if matrix_runs is None:
+        return
+    assert [result.initializers_in_driver for _, result, _ in matrix_runs.values()] == [1] * len(MATRIX)
+    assert _MATRIX_ACTORS["IsolatedWorkerInitializer"] == 0, _MATRIX_ACTORS
+    from gdpo_nemo.engines.nemo.cpu.worker import CpuPolicyWorkerImpl
+
+    assert _MATRIX_ACTORS[CpuPolicyWorkerImpl.__name__] == len(MATRIX), _MATRIX_ACTORS
 
 
 @pytest.mark.parametrize("task", sorted(MATRIX))

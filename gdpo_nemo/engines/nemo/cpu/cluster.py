@@ -7,10 +7,13 @@ raises "Found multiple active Ray instances" when another Ray runs on the machin
 `policy_cluster` is NeMo RL's ``RayVirtualCluster`` with ``use_gpus=False``: placement
 bundles of CPU only, workers started with no GPU (``grpo.setup()`` hard-codes
 ``use_gpus=True``, which is why the CPU path builds its pieces itself).
+`workers_started_by_the_driver` starts the policy worker from this driver instead of from
+NeMo RL's ``IsolatedWorkerInitializer`` actor (one Python process and its imports fewer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -18,7 +21,8 @@ from pathlib import Path
 
 from gdpo_nemo.layout import REPO_ROOT
 
-__all__ = ["SEED_ENV", "THREADS_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray"]
+__all__ = ["SEED_ENV", "THREADS_ENV", "policy_cluster", "register_worker", "start_ray", "stop_ray",
+           "workers_started_by_the_driver"]
 
 # What the CPU policy worker reads from its environment: set in the driver's environment,
 # which NeMo RL's RayWorkerGroup passes on to the workers it starts.
@@ -112,3 +116,72 @@ def policy_cluster(name: str = "gdpo_cpu_policy"):
     return RayVirtualCluster(
         bundle_ct_per_node_list=[1], use_gpus=False, num_gpus_per_node=1, max_colocated_worker_groups=1, name=name
     )
+
+
+class _InitializerInDriver:
+    """One of NeMo RL's ``IsolatedWorkerInitializer``s, run in the driver: `create_worker` is
+    called as Ray would call the actor's method (``create_worker.remote(...)``) and answers
+    with what the actor's method returns (the worker's handle), as an object ref."""
+
+    def __init__(self, initializer):
+        self._initializer = initializer
+        self.create_worker = self  # NeMo RL calls ``initializer.create_worker.remote(...)``
+
+    def remote(self, *args, **kwargs):
+        import ray
+
+        return ray.put(self._initializer.create_worker(*args, **kwargs))
+
+
+class _InitializerClassInDriver:
+    """Stands for the ``IsolatedWorkerInitializer`` actor class: ``.options(...)`` (the
+    initializer's own CPUs and runtime env: nothing to start here) and ``.remote(fqn, *args,
+    **kwargs)`` make the plain class's object in this process."""
+
+    def __init__(self, plain_class):
+        self._plain_class = plain_class
+
+    def options(self, **_initializer_options):
+        return self
+
+    def remote(self, *args, **kwargs) -> _InitializerInDriver:
+        return _InitializerInDriver(self._plain_class(*args, **kwargs))
+
+
+@contextlib.contextmanager
+def workers_started_by_the_driver():
+    """Within the block, NeMo RL's RayWorkerBuilder starts each worker from this driver.
+
+    NeMo RL starts a worker through an ``IsolatedWorkerInitializer``: a Ray actor of its own
+    that imports the worker's module only to read its options and create it, so that a worker
+    in another Python environment (on a cluster, a uv venv per worker kind) is made from that
+    environment. On the CPU path the worker runs this very Python (`register_worker`), and a
+    driver that has imported grpo_train holds everything the worker's module imports (importing
+    it here costs about 0.1 s of CPU, in its own process about 20 s). So the initializer's own
+    method runs here, unchanged, and creates the worker: the driver then owns the worker (what
+    the initializer's life was for), and NeMo RL's shutdown kills it as before. A NeMo RL
+    without the initializer class is left as it is. `forget_driver_initializers` removes
+    these from a worker group's pool afterwards (its shutdown would ``ray.kill`` them)."""
+    from nemo_rl.distributed.worker_groups import RayWorkerBuilder
+
+    actor_class = getattr(RayWorkerBuilder, "IsolatedWorkerInitializer", None)
+    plain_class = getattr(actor_class, "__ray_actor_class__", None)
+    if plain_class is None:
+        yield
+        return
+    RayWorkerBuilder.IsolatedWorkerInitializer = _InitializerClassInDriver(plain_class)
+    try:
+        yield
+    finally:
+        RayWorkerBuilder.IsolatedWorkerInitializer = actor_class
+
+
+def forget_driver_initializers(worker_group) -> int:
+    """Drop the driver's stand-ins from `worker_group`'s pool of initializers (NeMo RL kills
+    each pooled initializer actor at shutdown and would print an error for each of ours).
+    Returns how many were dropped: the number of workers' initializers run in the driver."""
+    pool = getattr(worker_group, "_initializer_pool", None) or {}
+    ours = [key for key, initializer in pool.items() if isinstance(initializer, _InitializerInDriver)]
+    for key in ours:
+        del pool[key]
+    return len(ours)

@@ -37,8 +37,9 @@ class CpuRun:
     """What a CPU run left: its run dir, NeMo RL's generate calls, seconds per phase
     (``start``: Ray, data, environments and policy workers; ``train``: grpo_train;
     ``stop``: shutting workers, environments and an own Ray down), the policy weights' |w|
-    sum before and after, whether a timeout stopped it, and the device patches its worker
-    needed."""
+    sum before and after, whether a timeout stopped it, the device patches its worker
+    needed, and how many workers NeMo RL's initializer started from this driver
+    (`cluster.workers_started_by_the_driver`)."""
 
     run_dir: Path
     generate_calls: int = 0
@@ -47,6 +48,7 @@ class CpuRun:
     weights_after: float | None = None
     timed_out: bool = False
     device_patches: list = field(default_factory=list)
+    initializers_in_driver: int = 0
 
 
 def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None) -> CpuRun:
@@ -123,11 +125,13 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
             _set_field(grpo, "skip_reference_policy_logprobs_calculation", True)
         weights_path, optimizer_path = checkpointer.get_resume_paths(last_checkpoint)
         virtual_cluster = cluster.policy_cluster()
-        policy = Policy(
-            cluster=virtual_cluster, config=master.policy, tokenizer=tokenizer,
-            worker_extension_cls_fqn=cluster.register_worker(), weights_path=weights_path,
-            optimizer_path=optimizer_path, init_optimizer=True, init_reference_model=init_reference,
-        )
+        with cluster.workers_started_by_the_driver():
+            policy = Policy(
+                cluster=virtual_cluster, config=master.policy, tokenizer=tokenizer,
+                worker_extension_cls_fqn=cluster.register_worker(), weights_path=weights_path,
+                optimizer_path=optimizer_path, init_optimizer=True, init_reference_model=init_reference,
+            )
+        result.initializers_in_driver = cluster.forget_driver_initializers(policy.worker_group)
         result.device_patches = ray.get(policy.worker_group.run_all_workers_single_data("device_patches"))[0]
         result.weights_before = _weights(policy)
         generation = PolicyGeneration(policy)
