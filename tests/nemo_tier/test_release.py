@@ -22,6 +22,11 @@ import pytest
 
 from support import cpu_config
 
+# The module's fixture runs the killed run and then every task with the resume in one more
+# process (about 9 minutes idle, past 15 on a loaded machine): the first test's setup holds
+# all of it, so its limit is twice the tier's 900 s per test.
+pytestmark = pytest.mark.timeout(1800)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RELEASE = REPO / ".nemo-rl-release" / "source"
