@@ -5,8 +5,8 @@ reach in: validate, grpo_train and run_multi_turn_rollout take one argument fewe
 CheckpointManager has no begin_finalization (a save is renamed by finalize_checkpoint right
 away). tests/nemo_tier/release_scenarios.py runs, in .venv-nemo with the release first on
 PYTHONPATH: the math run killed right after step 1's checkpoint, then (one process, one Ray)
-every task once (math with DAPO and runs that move) and the killed run resumed. And the hooks refuse, in one line naming the
-supported versions, a NeMo RL whose functions they would misread.
+every task once (math with DAPO and runs that move) and the killed run resumed. And the hooks
+refuse, in one line naming the supported versions, a NeMo RL whose functions they would misread.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from release_scenarios import MATH, MATRIX
 from support import cpu_config
 
 # The module's fixture runs the killed run and then every task with the resume in one more
@@ -71,8 +72,7 @@ def release_runs(local_ray, tmp_path_factory):
     env = _release_env(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "release")
     stopper = early_stopping_tiny(out / "early_stopping_tiny")
     run_dir = out / "killed"
-    config = cpu_config("math", "gdpo_no_bn", run_dir, stopper, tiny=False, compose=("gdpo.length_limit=10",), steps=3,
-                        generations=8, overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
+    config = cpu_config("math", MATRIX["math"], run_dir, stopper, tiny=False, **MATH)  # the matrix's math run
     source = out / "killed.yaml"
     source.write_text(cc.dump(config))
     _scenario(env, "killed", source, run_dir, stopper, expect_kill=True)

@@ -120,8 +120,8 @@ def policy_cluster(name: str = "gdpo_cpu_policy"):
 
 # The NeMo RL versions whose workers the driver starts (the pin, 0.6.0 development). With the
 # v0.7.0 release, its grpo_train then failed at its memory tracker's first GCS query ("Failed
-# to connect to GCS") in three release-tier runs of three (2026-11-29, cause not found yet), and
-# passed with the release's own initializer actor: the release keeps it.
+# to connect to GCS") in two release-tier runs (2026-11-29; a third timed out first; cause not
+# found yet), and passed with the release's own initializer actor: the release keeps it.
 DRIVER_START_VERSIONS = ("0.6.",)
 
 
@@ -167,8 +167,9 @@ def workers_started_by_the_driver():
     it here costs about 0.1 s of CPU, in its own process about 20 s). So the initializer's own
     method runs here, unchanged, and creates the worker: the driver then owns the worker (what
     the initializer's life was for), and NeMo RL's shutdown kills it as before. A NeMo RL
-    without the initializer class, or not of DRIVER_START_VERSIONS, is left as it is. `forget_driver_initializers` removes
-    these from a worker group's pool afterwards (its shutdown would ``ray.kill`` them)."""
+    without the initializer class, or not of DRIVER_START_VERSIONS, is left as it is.
+    `forget_driver_initializers` removes these from a worker group's pool afterwards (its
+    shutdown would ``ray.kill`` them)."""
     import nemo_rl
     from nemo_rl.distributed.worker_groups import RayWorkerBuilder
 
