@@ -348,14 +348,14 @@ def test_where_no_more_copies_fit_a_sandbox_waits_for_one_given_back(monkeypatch
     import shutil
     import threading
 
-    from gdpo_nemo.sandbox import protocol, runtime
+    from gdpo_nemo.sandbox import notices, runtime
     from gdpo_nemo.sandbox.isolation import default_python
 
     place = runtime.SHM / f"gdpo-nemo-test-{os.getpid()}"  # a tmpfs, as /dev/shm is
     place.mkdir()
     monkeypatch.setattr(runtime, "SHM", place)
     monkeypatch.setattr(runtime, "_COPIES", {})
-    monkeypatch.setattr(protocol, "_warned", set())
+    monkeypatch.setattr(notices, "_warned", set())
     try:
         copies = runtime.runtime_copies(default_python())[0]
         assert copies is not None

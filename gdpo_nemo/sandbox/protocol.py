@@ -32,13 +32,12 @@ import marshal
 import os
 import select
 import signal
-import threading
 import time
-import warnings
 from dataclasses import dataclass
 
 from gdpo_nemo.sandbox.isolation import Isolation
 from gdpo_nemo.sandbox.limits import Limits
+from gdpo_nemo.sandbox.notices import warn_once
 
 log = logging.getLogger(__name__)
 
@@ -306,21 +305,6 @@ def _result(frame: _Frame, case: Case, limits: Limits) -> ExecResult:
         stderr_truncated=frame.err_total > len(frame.err),
         value=value,
     )
-
-
-_warned: set[str] = set()
-_warn_lock = threading.Lock()
-
-
-def warn_once(key: str, message: str) -> None:
-    """Log `message` and raise it as a RuntimeWarning, the first time `key` comes up in
-    this process only (a sandbox-wide condition, not one per run)."""
-    with _warn_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    log.warning(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def judged_reader(cases: list[Case], limits: Limits, judge) -> FrameReader:

@@ -36,6 +36,7 @@ from gdpo_nemo.sandbox._tree import empty_directory
 from gdpo_nemo.sandbox.cgroups import CgroupRoot, SandboxCgroup
 from gdpo_nemo.sandbox.isolation import BACKENDS, DEFAULT_UNPRIVILEGED_ID, Isolation, default_python, lease_host_uid, leased_uid
 from gdpo_nemo.sandbox.limits import Limits
+from gdpo_nemo.sandbox.notices import warn_once
 from gdpo_nemo.sandbox.protocol import (
     Case,
     ExecResult,
@@ -45,7 +46,6 @@ from gdpo_nemo.sandbox.protocol import (
     judged_reader,
     payload_bytes,
     read_report,
-    warn_once,
 )
 
 log = logging.getLogger(__name__)

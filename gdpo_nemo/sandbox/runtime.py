@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gdpo_nemo.sandbox import leases
+from gdpo_nemo.sandbox.notices import warn_once
 
 SHM = Path("/dev/shm")
 FORMAT = 2  # the copy's layout: a change here gives every interpreter a new key
@@ -140,8 +141,6 @@ class RuntimeCopies:
                 except OSError as err:
                     if not existing:
                         raise
-                    from gdpo_nemo.sandbox.protocol import warn_once  # protocol imports this module's importer
-
                     why = str(err)  # no room for another: wait for one of those there are
                     warn_once("runtime-copies", f"gdpo_nemo.sandbox: no room for another copy of the interpreter's "
                               f"files ({why}); sandboxes wait for one of the {len(existing)} there are")
