@@ -37,6 +37,7 @@ import yaml
 from gdpo_nemo import cli
 from gdpo_nemo.sweep import slurm
 from gdpo_nemo.sweep.manifest import Manifest
+from tests.support.slurm_jobs import cancelled_on_failure
 
 pytestmark = pytest.mark.slurm
 
@@ -128,27 +129,30 @@ def journey(slurm_cluster, tmp_path_factory) -> Journey:
         home = root / "home"
         home.mkdir()
         mp.setenv("HOME", str(home))
-        outputs["submit"] = _sweep(sweep_dir, profile_path, "--submit")
-        # The run to cancel, uninterrupted, beside the sweep: the job's own command, another run dir.
-        from gdpo_nemo.sweep.profiles import load_profile
-        from gdpo_nemo.engines.nemo.engine import nemo_cpu_command
+        with cancelled_on_failure(sweep_dir) as started:
+            outputs["submit"] = _sweep(sweep_dir, profile_path, "--submit")
+            # The run to cancel, uninterrupted, beside the sweep: the job's own command, another run dir.
+            from gdpo_nemo.sweep.profiles import load_profile
+            from gdpo_nemo.engines.nemo.engine import nemo_cpu_command
 
-        reference_dir = root / "uninterrupted"
-        command = nemo_cpu_command(load_profile(str(profile_path)), sweep_dir / "configs" / f"{REQUEUED}.yaml",
-                                   reference_dir, Path.cwd())
-        reference = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        requeued_dir = sweep_dir / "runs" / REQUEUED
-        _wait("the first checkpoint of the run to cancel", lambda: 1 in _checkpoints(requeued_dir), sweep_dir)
-        assert not (requeued_dir / "DONE").exists(), "the run finished before it could be cancelled"
-        subprocess.run(["scancel", _jobs(sweep_dir, REQUEUED)[0]], check=True)
-        first_jobs = [_jobs(sweep_dir, name)[0] for name in NAMES.values()]
-        _wait("every first job to end", lambda: _ended(first_jobs), sweep_dir)
-        outputs["checkpoints at cancel"] = sorted(_checkpoints(requeued_dir))
-        outputs["resubmit"] = _sweep(sweep_dir, profile_path, "--submit")
-        _wait("every run's DONE", lambda: all((sweep_dir / "runs" / n / "DONE").exists() for n in NAMES.values()), sweep_dir)
-        _wait("every job to end", lambda: _ended(_jobs(sweep_dir, REQUEUED)), sweep_dir)
-        printed, _ = reference.communicate(timeout=WAIT_S)
-        assert reference.returncode == 0, printed[-3000:]
+            reference_dir = root / "uninterrupted"
+            command = nemo_cpu_command(load_profile(str(profile_path)), sweep_dir / "configs" / f"{REQUEUED}.yaml",
+                                       reference_dir, Path.cwd())
+            reference = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                         start_new_session=True)
+            started.append(reference)
+            requeued_dir = sweep_dir / "runs" / REQUEUED
+            _wait("the first checkpoint of the run to cancel", lambda: 1 in _checkpoints(requeued_dir), sweep_dir)
+            assert not (requeued_dir / "DONE").exists(), "the run finished before it could be cancelled"
+            subprocess.run(["scancel", _jobs(sweep_dir, REQUEUED)[0]], check=True)
+            first_jobs = [_jobs(sweep_dir, name)[0] for name in NAMES.values()]
+            _wait("every first job to end", lambda: _ended(first_jobs), sweep_dir)
+            outputs["checkpoints at cancel"] = sorted(_checkpoints(requeued_dir))
+            outputs["resubmit"] = _sweep(sweep_dir, profile_path, "--submit")
+            _wait("every run's DONE", lambda: all((sweep_dir / "runs" / n / "DONE").exists() for n in NAMES.values()), sweep_dir)
+            _wait("every job to end", lambda: _ended(_jobs(sweep_dir, REQUEUED)), sweep_dir)
+            printed, _ = reference.communicate(timeout=WAIT_S)
+            assert reference.returncode == 0, printed[-3000:]
 
         report_dir = root / "report"
         out = io.StringIO()

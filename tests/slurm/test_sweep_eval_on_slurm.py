@@ -22,6 +22,7 @@ from gdpo_nemo import cli
 from gdpo_nemo.config import experiments_dir
 from gdpo_nemo.sweep import slurm
 from gdpo_nemo.sweep.manifest import Manifest
+from tests.support.slurm_jobs import cancelled_on_failure
 
 pytestmark = pytest.mark.slurm
 
@@ -57,26 +58,27 @@ def sweep(folder: Path, *args: str) -> str:
 
 
 def test_the_eval_job_waits_for_training_then_evaluates_the_newest_checkpoint(setup):
-    out = sweep(setup, "--submit")
-    assert "eval job" in out
-    job = Manifest.load(setup / "sweep" / "manifest.json").runs[RUN].jobs[-1]
-    train_id, eval_id = job["job_id"], job["eval_job_id"]
-    shown = subprocess.run(["scontrol", "show", "job", eval_id], capture_output=True, text=True).stdout
-    assert f"Dependency=afterok:{train_id}" in shown  # training takes > 10 s: still unfulfilled here
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    with cancelled_on_failure(setup / "sweep"):
+        out = sweep(setup, "--submit")
+        assert "eval job" in out
+        job = Manifest.load(setup / "sweep" / "manifest.json").runs[RUN].jobs[-1]
+        train_id, eval_id = job["job_id"], job["eval_job_id"]
+        shown = subprocess.run(["scontrol", "show", "job", eval_id], capture_output=True, text=True).stdout
+        assert f"Dependency=afterok:{train_id}" in shown  # training takes > 10 s: still unfulfilled here
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            states = slurm.job_states([train_id, eval_id])
+            if all(states.get(j) in slurm.TERMINAL_STATES for j in (train_id, eval_id)):
+                break
+            time.sleep(0.5)
         states = slurm.job_states([train_id, eval_id])
-        if all(states.get(j) in slurm.TERMINAL_STATES for j in (train_id, eval_id)):
-            break
-        time.sleep(0.5)
-    states = slurm.job_states([train_id, eval_id])
-    logs = "\n".join(p.read_text()[-1500:] for p in (setup / "sweep" / "logs").glob("*.out"))
-    assert states.get(train_id) == "COMPLETED" and states.get(eval_id) == "COMPLETED", f"{states}\n{logs}"
-    run_dir = setup / "sweep" / "runs" / RUN
-    payload = json.loads((run_dir / "eval" / "aime" / "step_2.json").read_text())
-    assert payload["run_id"] == RUN and payload["samples"] == 2 and set(payload["metrics"]) == {"acc", "exceed"}
-    # the eval job started only after the training job had ended
-    assert _times(eval_id)["StartTime"] >= _times(train_id)["EndTime"]
+        logs = "\n".join(p.read_text()[-1500:] for p in (setup / "sweep" / "logs").glob("*.out"))
+        assert states.get(train_id) == "COMPLETED" and states.get(eval_id) == "COMPLETED", f"{states}\n{logs}"
+        run_dir = setup / "sweep" / "runs" / RUN
+        payload = json.loads((run_dir / "eval" / "aime" / "step_2.json").read_text())
+        assert payload["run_id"] == RUN and payload["samples"] == 2 and set(payload["metrics"]) == {"acc", "exceed"}
+        # the eval job started only after the training job had ended
+        assert _times(eval_id)["StartTime"] >= _times(train_id)["EndTime"]
 
 
 def _times(job_id: str) -> dict:

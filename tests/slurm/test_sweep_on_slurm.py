@@ -33,6 +33,7 @@ from gdpo_nemo import cli
 from gdpo_nemo.config import experiments_dir
 from gdpo_nemo.sweep import slurm
 from gdpo_nemo.sweep.manifest import Manifest
+from tests.support.slurm_jobs import cancelled_on_failure
 
 pytestmark = pytest.mark.slurm  # not `slow`: CI must run it (docs/slurm.md)
 
@@ -128,32 +129,33 @@ def story(experiments) -> Story:
     outputs = {}
     long_dir = sweep_dir / "runs" / LONG
 
-    outputs["first submit"] = sweep(sweep_dir, "--submit")
-    outputs["submit while queued"] = sweep(sweep_dir, "--submit")
+    with cancelled_on_failure(sweep_dir):
+        outputs["first submit"] = sweep(sweep_dir, "--submit")
+        outputs["submit while queued"] = sweep(sweep_dir, "--submit")
 
-    first_long_job = jobs_of(sweep_dir, LONG)[0]
-    wait_for("the long run's second checkpoint", lambda: {"step_2"} <= checkpoints(long_dir), sweep_dir)
-    assert not (long_dir / "DONE").exists(), "the long run finished before it could be cancelled"
-    subprocess.run(["scancel", first_long_job], check=True)
-    first_jobs = [jobs_of(sweep_dir, n)[0] for n in [*SHORT, LONG]]
-    wait_for("every first job to end", lambda: all_ended(first_jobs), sweep_dir)
-    outputs["status after scancel"] = sweep(sweep_dir, "--status")
-    outputs["checkpoints at cancel"] = " ".join(sorted(checkpoints(long_dir)))
+        first_long_job = jobs_of(sweep_dir, LONG)[0]
+        wait_for("the long run's second checkpoint", lambda: {"step_2"} <= checkpoints(long_dir), sweep_dir)
+        assert not (long_dir / "DONE").exists(), "the long run finished before it could be cancelled"
+        subprocess.run(["scancel", first_long_job], check=True)
+        first_jobs = [jobs_of(sweep_dir, n)[0] for n in [*SHORT, LONG]]
+        wait_for("every first job to end", lambda: all_ended(first_jobs), sweep_dir)
+        outputs["status after scancel"] = sweep(sweep_dir, "--status")
+        outputs["checkpoints at cancel"] = " ".join(sorted(checkpoints(long_dir)))
 
-    outputs["resubmit"] = sweep(sweep_dir, "--submit")
-    second_long_job = jobs_of(sweep_dir, LONG)[-1]
-    resumed_from = max(int(c[5:]) for c in checkpoints(long_dir))
-    wait_for("a checkpoint of the resumed run",
-             lambda: any(int(c[5:]) >= resumed_from + 2 for c in checkpoints(long_dir)), sweep_dir)
-    assert not (long_dir / "DONE").exists(), "the resumed run finished before it could be requeued"
-    # Slurm's own requeue, as on preemption or node failure; the job starts again after
-    # AuthInfo=cred_expire (15 s on the local cluster)
-    subprocess.run(["scontrol", "requeue", second_long_job], check=True)
-    wait_for("the long run's DONE", lambda: (long_dir / "DONE").exists(), sweep_dir)
-    wait_for("its job to end", lambda: all_ended([second_long_job]), sweep_dir)
+        outputs["resubmit"] = sweep(sweep_dir, "--submit")
+        second_long_job = jobs_of(sweep_dir, LONG)[-1]
+        resumed_from = max(int(c[5:]) for c in checkpoints(long_dir))
+        wait_for("a checkpoint of the resumed run",
+                 lambda: any(int(c[5:]) >= resumed_from + 2 for c in checkpoints(long_dir)), sweep_dir)
+        assert not (long_dir / "DONE").exists(), "the resumed run finished before it could be requeued"
+        # Slurm's own requeue, as on preemption or node failure; the job starts again after
+        # AuthInfo=cred_expire (15 s on the local cluster)
+        subprocess.run(["scontrol", "requeue", second_long_job], check=True)
+        wait_for("the long run's DONE", lambda: (long_dir / "DONE").exists(), sweep_dir)
+        wait_for("its job to end", lambda: all_ended([second_long_job]), sweep_dir)
 
-    outputs["final status"] = sweep(sweep_dir, "--status")
-    outputs["submit when all finished"] = sweep(sweep_dir, "--submit")
+        outputs["final status"] = sweep(sweep_dir, "--status")
+        outputs["submit when all finished"] = sweep(sweep_dir, "--submit")
     return Story(sweep_dir, outputs, [first_long_job, second_long_job], Manifest.load(sweep_dir / "manifest.json"))
 
 

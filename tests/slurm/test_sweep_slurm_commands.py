@@ -56,6 +56,27 @@ def test_active_jobs_are_found_by_their_script_path(slurm_cluster, tmp_path):
     assert str(path) not in slurm.active_jobs_by_script()
 
 
+def test_a_failing_story_cancels_what_its_sweep_submitted_and_the_processes_it_started(slurm_cluster, tmp_path):
+    from gdpo_nemo.sweep.manifest import Manifest, RunRecord
+    from tests.support.slurm_jobs import cancelled_on_failure
+
+    held = slurm.submit(job_script(tmp_path, "story", "sleep 60", "--hold"), cwd=tmp_path)
+    manifest = Manifest(tmp_path / "manifest.json", "story", "local", "local")
+    manifest.runs["run"] = RunRecord(str(tmp_path / "run"), "c.yaml", "s.sbatch", jobs=[{"job_id": held}])
+    manifest.save()
+    with pytest.raises(AssertionError, match="the story failed"):
+        with cancelled_on_failure(tmp_path) as started:
+            started.append(subprocess.Popen(["sleep", "60"], start_new_session=True))
+            raise AssertionError("the story failed")
+    assert wait_terminal([held]) == {held: "CANCELLED"}
+    assert started[0].returncode == -9
+    with cancelled_on_failure(tmp_path):  # a story that passes cancels nothing
+        other = slurm.submit(job_script(tmp_path, "other", "sleep 60", "--hold"), cwd=tmp_path)
+    assert slurm.job_states([other]) == {other: "PENDING"}
+    slurm.cancel([other])
+    wait_terminal([other])
+
+
 def test_local_cluster_start_is_idempotent_and_leaves_the_node_idle(slurm_cluster):
     script = REPO_ROOT / "slurm" / "local_cluster.sh"
     pid_before = (STATE_DIR / "slurmctld.pid").read_text()
