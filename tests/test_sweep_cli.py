@@ -82,6 +82,30 @@ def test_dry_run_of_each_paper_experiment_on_the_example_profile(experiment, tmp
         assert config["gdpo"]["engine"] == "nemo"
 
 
+@pytest.mark.parametrize("experiment", sorted(PAPER_NODES))
+def test_with_engine_local_a_sweep_plans_only_runs_the_local_engines_train_accepts(experiment, tmp_path, capsys):
+    """`--engine local` on a paper experiment: either the sweep refuses, with the line the
+    local engine's train gives at its start (DAPO, a nemo-only feature), or every config it
+    writes is one that train's own check (load_run_config) accepts. Planned jobs that fail at
+    their start are what this forbids."""
+    from gdpo_nemo.engines.local.config import load_run_config
+
+    rc, _, err = sweep(capsys, experiment, "--cluster", "example", "--engine", "local", "--dry-run", "--sweep-dir", tmp_path / "s")
+    from gdpo_nemo.config import compose
+
+    spec = load_experiment(experiment)[0]  # the experiment's own config (its engine: nemo)
+    own = compose(spec.task, spec.model, spec.algo, cluster=spec.cluster, seed=spec.seed, experiment=experiment,
+                  overrides=spec.overrides)
+    if own["grpo"]["use_dynamic_sampling"]:  # DAPO: the paper's math and coding runs
+        assert_refused(rc, err, tmp_path / "s", "grpo.use_dynamic_sampling: True is not implemented by the local engine; accepted False")
+        return
+    assert rc == 0, err
+    configs = sorted((tmp_path / "s" / "configs").glob("*.yaml"))
+    assert len(configs) == len(load_experiment(experiment))
+    for path in configs:
+        load_run_config(path)  # raises what train would refuse
+
+
 def test_dry_run_of_smoke_on_the_local_profile_renders_local_engine_jobs(tmp_path, capsys):
     rc, out, _ = sweep(capsys, "smoke", "--cluster", "local", "--sweep-dir", tmp_path)  # --dry-run is the default
     assert rc == 0

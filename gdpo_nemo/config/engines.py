@@ -88,6 +88,12 @@ class Engine:
         """What this engine cannot run in a config the key walk accepted, one line per key."""
         return []
 
+    def start_problems(self, config: Mapping) -> list[str]:
+        """What the engine's own start refuses in a composed, validated `config`, one line per
+        key: a sweep plans no job that would fail there. The composer does not ask (`config
+        show` may show a config for a look at it)."""
+        return []
+
     def cluster_problems(self, config: Mapping, nodes: int, gpus_per_node: int) -> list[str]:
         """The config against the Slurm request that runs it (`nodes`, `gpus_per_node`)."""
         if nodes != 1:

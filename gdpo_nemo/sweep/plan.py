@@ -150,6 +150,9 @@ def plan_sweep(
             run_config.validate(config)
             run_engine = config["gdpo"]["engine"]
             job_engine = ENGINES[run_engine]
+            refused = job_engine.start_problems(config)
+            if refused:
+                raise run_config.ConfigError(refused)
             nodes = job_engine.job_nodes(profile, config)
             if job_engine.cluster_checked(profile):
                 run_config.check_cluster_consistency(config, nodes, profile.gpus_per_node)

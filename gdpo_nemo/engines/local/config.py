@@ -45,13 +45,25 @@ def check_config(raw: dict) -> tuple[dict, str | None]:
     keys (ignored keys kept as given), and one line naming the ignored keys (None if none).
     Raises ConfigError (a ValueError) listing every problem, each by its key path.
     """
+    found, problems = _checked(raw)
+    if problems:
+        raise ConfigError(problems)
+    return found.config, _ignored_note(found.ignored)
+
+
+def local_problems(config: dict) -> list[str]:
+    """What `check_config` refuses in `config`, as lines (none: the local engine runs it): the
+    sweep and the composer ask this (LocalEngine.config_problems), so that a run the local
+    engine would refuse at its start is refused before any job is planned."""
+    return _checked(config)[1]
+
+
+def _checked(raw: dict):
     found = check_keys(raw, engine="local")
     problems = found.problems + _engine_problems(found.config)
     if not problems:
         problems = _batch_problems(found.config)
-    if problems:
-        raise ConfigError(problems)
-    return found.config, _ignored_note(found.ignored)
+    return found, problems
 
 
 def _engine_problems(config: dict) -> list[str]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from gdpo_nemo.config.engines import Engine, register_engine
+from gdpo_nemo.config.files import to_plain
 from gdpo_nemo.layout import REPO_ROOT
 
 
@@ -27,6 +29,13 @@ class LocalEngine(Engine):
     keys = "tree"
     template = "local.sbatch"
     evaluation_jobs = True
+
+    def start_problems(self, config: Mapping) -> list[str]:
+        """What `gdpo-nemo train` refuses at its start (the local engine's own check: DAPO, a
+        nemo-only loss, ...), so that a sweep refuses it before any job is planned."""
+        from gdpo_nemo.engines.local.config import local_problems
+
+        return local_problems(to_plain(config))
 
     def job_values(self, profile, *, run_dir: Path, config_path: Path, sweep_dir: Path, workdir: Path,
                    gpus_per_node: int, overrides: tuple[str, ...] = ()) -> dict[str, str]:
