@@ -90,11 +90,7 @@ def test_the_docs_commands_are_found_and_the_cheap_ones_are_many():
 def repo_root_copy(tmp_path_factory) -> Path:
     """A folder that looks like the repo root (its folders linked) but keeps what the
     commands write (run.yaml, sweeps/)."""
-    root = tmp_path_factory.mktemp("docs_root")
-    for entry in REPO.iterdir():
-        if entry.name not in (".git", "sweeps", "runs") and not entry.name.startswith(".venv"):
-            (root / entry.name).symlink_to(entry)
-    return root
+    return checkout(tmp_path_factory.mktemp("docs_root"), also_leave_out=("sweeps",))
 
 
 @pytest.mark.parametrize(("where", "command"), CHEAP, ids=[where for where, _ in CHEAP])

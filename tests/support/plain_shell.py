@@ -39,14 +39,15 @@ def script_of(command: str) -> str:
     return next(word for word in shlex.split(command) if word.startswith("scripts/"))
 
 
-def checkout(folder: Path) -> Path:
+def checkout(folder: Path, *, also_leave_out: tuple[str, ...] = ()) -> Path:
     """A folder that looks like a checkout after setup (the repo's entries linked, but not
-    .git and runs/, which the command writes). Made once; returned again after."""
+    .git and runs/, which the command writes, nor `also_leave_out`). Made once; returned
+    again after."""
     root = folder / "checkout"
     if not root.exists():
         root.mkdir(parents=True)
         for entry in REPO.iterdir():
-            if entry.name not in (".git", "runs"):
+            if entry.name not in (".git", "runs", *also_leave_out):
                 (root / entry.name).symlink_to(entry)
     return root
 
