@@ -525,6 +525,10 @@ _RAY_TIMES_OUT_ONCE = textwrap.dedent("""
     cluster.start_ray()
     print("up", ray.is_initialized(), len(calls), ray.cluster_resources().get("CPU", 0) > 0)
     cluster.stop_ray()
+    try:  # what NeMo RL's Policy.__del__ does at the exit of a failed run: a remote call
+        ray.put(1)
+    except Exception as err:
+        print("after stop_ray:", type(err).__name__, ray.is_initialized(), len(calls))
 """)
 
 
@@ -542,3 +546,87 @@ def test_a_ray_start_that_times_out_on_a_busy_machine_is_tried_again(local_ray, 
     assert done.returncode == 0, done.stderr[-3000:]
     assert "up True 2 True" in done.stdout
     assert "did not register within Ray's fixed 30 s" in done.stderr and "(2 of 3)" in done.stderr
+    # ...and after stop_ray nothing starts another Ray behind the run's back (Ray's auto-init,
+    # which a remote call in NeMo RL's Policy.__del__ set off at the exit of a failed Slurm job,
+    # and whose start hung that job until it was cancelled)
+    assert "after stop_ray: RaySystemError False 2" in done.stdout, done.stdout
+
+
+_TAKEN_MASTER_PORT = textwrap.dedent("""
+    import os, socket
+    from gdpo_nemo.engines.nemo.cpu import device
+
+    device.install()
+    import torch
+    import torch.distributed as dist
+
+    held = socket.socket()  # another job's TCPStore on the port NeMo RL handed this worker
+    held.bind(("", 0))
+    held.listen()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(held.getsockname()[1]), WORLD_SIZE="1", RANK="0",
+                      LOCAL_RANK="0")
+    dist.init_process_group(backend="nccl")  # what NeMo RL's setup_distributed calls
+    summed = torch.ones(3)
+    dist.all_reduce(summed)
+    print("group", dist.get_backend(), dist.get_world_size(), summed.tolist())
+""")
+
+
+def test_the_cpu_workers_process_group_needs_no_port_another_job_can_take(local_ray):
+    """NeMo RL hands each worker a master port it found free (bound once and let go, in
+    1400-1999); with the journey's four jobs starting on one node, another job's store took
+    it first and the policy worker died with EADDRINUSE. The CPU path's one worker uses an
+    in-memory store: a taken master port is no matter."""
+    if local_ray is None:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MASTER_PORT", "MASTER_ADDR")}
+    done = subprocess.run([sys.executable, "-c", _TAKEN_MASTER_PORT], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "group gloo 1 [1.0, 1.0, 1.0]" in done.stdout
+
+
+def test_a_memory_summary_that_cannot_reach_ray_is_asked_again_then_given_as_unavailable(local_ray, monkeypatch):
+    """NeMo RL's memory tracker opens a new GCS connection for Ray's memory summary at every
+    stage; on a loaded machine one connect failed and ended a Slurm job's run after step 1.
+    On the CPU path the summary is asked once more, then printed as unavailable."""
+    if local_ray is None:
+        return
+    import ray
+    from nemo_rl.utils import memory_tracker
+
+    from gdpo_nemo.engines.nemo.cpu import train
+
+    calls = []
+
+    def failing(*args, failures, **kwargs):
+        calls.append(1)
+        if len(calls) <= failures:
+            raise ray.exceptions.RaySystemError("Failed to connect to GCS. Please check if the GCS server is running")
+        return "object store: 0 B"
+
+    point = memory_tracker.MemoryTrackerDataPoint(stage="Generation", memory_used_before_stage_gb=1.0, variables_before_stage=[],
+                                                  memory_used_after_stage_gb=1.0, variables_after_stage=[])
+    for failures, shown in ((1, "object store: 0 B"), (2, "(Ray's memory summary unavailable: System error: Failed to connect to GCS")):
+        calls.clear()
+        monkeypatch.setattr(memory_tracker, "memory_summary", lambda *a, failures=failures, **k: failing(*a, failures=failures, **k))
+        train._tolerant_memory_tracker()
+        train._tolerant_memory_tracker()  # idempotent: one wrapper
+        assert shown in point.get_snapshot_str() and len(calls) == 2
+
+
+def test_a_shutdown_step_that_never_ends_is_left_behind_and_one_that_fails_still_raises(local_ray, capsys):
+    """A run whose Ray connection broke hung in the placement groups' removal and held its
+    Slurm job until cancelled: each shutdown step gets a bound, then the next one comes."""
+    if local_ray is None:
+        return
+    import threading
+
+    from gdpo_nemo.engines.nemo.cpu import train
+
+    never = threading.Event()
+    train._bounded("the placement groups", never.wait, seconds=0.5)
+    assert "stopping the placement groups did not end within 0.5 s" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="refused"):
+        train._bounded("the policy's workers", lambda: (_ for _ in ()).throw(ValueError("refused")), seconds=5)
+    never.set()

@@ -84,12 +84,17 @@ def start_ray(*, num_cpus: int | None = None, log_to_driver: bool = False) -> st
 
 
 def stop_ray() -> None:
-    """Shut Ray down and remove the temp dir `start_ray` made (if it made one)."""
+    """Shut Ray down and remove the temp dir `start_ray` made (if it made one). Ray's implicit
+    start is then turned off for this process (`start_ray` starts it explicitly): NeMo RL's
+    Policy.__del__ calls a worker's remote method, and at the exit of a run that failed, that
+    call started a new local Ray (Ray's auto-init) whose start hung the Slurm job for good."""
     import shutil
 
     import ray
+    from ray._private import auto_init_hook
 
     ray.shutdown()
+    auto_init_hook.enable_auto_connect = False
     os.environ.pop("RAY_ADDRESS", None)
     while _OWN_TMP:
         temp = _OWN_TMP.pop()

@@ -16,6 +16,7 @@ Nothing here is used on a GPU cluster: `gdpo_nemo.engines.nemo.cpu` is only the 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Callable, NamedTuple
 
@@ -141,10 +142,15 @@ def install() -> list[str]:
         init_process_group = dist.init_process_group
 
         def gloo_process_group(*args, backend=None, **kwargs):
+            if not args and not ({"init_method", "store"} & set(kwargs)) and os.environ.get("WORLD_SIZE") == "1":
+                # One worker (the CPU path's): an in-memory store, no TCP port. NeMo RL picks the
+                # master port by binding a random one of 1400-1999 and letting it go; with
+                # several jobs on one node, another job took it before this bind (EADDRINUSE).
+                kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
             return init_process_group(*args, backend="gloo", **kwargs)
 
         dist.init_process_group = gloo_process_group
-        _PATCHES.append("torch.distributed.init_process_group: any backend -> gloo")
+        _PATCHES.append("torch.distributed.init_process_group: any backend -> gloo (one worker: an in-memory store)")
 
         init_device_mesh = device_mesh.init_device_mesh
 

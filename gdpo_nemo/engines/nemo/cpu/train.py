@@ -136,6 +136,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         result.weights_before = _weights(policy)
         generation = PolicyGeneration(policy)
         _no_refit_for_shared_weights(grpo_module)
+        _tolerant_memory_tracker()
         result.seconds["imports"] = imports
         result.seconds["start"] = time.perf_counter() - started
 
@@ -162,20 +163,28 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     return result
 
 
+# How long each step of the shutdown may take before it is left behind: a run whose Ray
+# connection broke hung in RayVirtualCluster.shutdown (remove_placement_group waits for GCS)
+# and held its Slurm job until cancelled.
+SHUTDOWN_STEP_S = 60.0
+
+
 def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> None:
     """Stop what train_on_cpu started, whichever of it exists: the policy's workers, the
     virtual cluster's placement groups (a later run in this Ray reuses their name), the
-    environment actors, and the Ray it started itself."""
+    environment actors, and the Ray it started itself. Each step but the last gets
+    SHUTDOWN_STEP_S; one that does not end in time is left (said on stderr), and Ray's own
+    shutdown, which ends the processes it started, still comes."""
     import nemo_rl.algorithms.grpo as grpo_module
 
     from gdpo_nemo.engines.nemo.cpu import cluster
 
     if policy is not None:
-        policy.shutdown()
+        _bounded("the policy's workers", policy.shutdown)
     if virtual_cluster is not None:
-        virtual_cluster.shutdown()
+        _bounded("the placement groups", virtual_cluster.shutdown)
     if hasattr(grpo_module, "shutdown_environments"):
-        grpo_module.shutdown_environments(*environments)
+        _bounded("the environment actors", lambda: grpo_module.shutdown_environments(*environments))
     else:  # the v0.7.0 release has no such helper: each environment actor once, killed if it hangs
         import ray
 
@@ -184,9 +193,60 @@ def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> N
             try:
                 ray.get(env.shutdown.remote(), timeout=10)
             except Exception:  # a stuck or dead actor: make sure it is gone
-                ray.kill(env)
+                _bounded("an environment actor", lambda env=env: ray.kill(env))
     if own_ray:
         cluster.stop_ray()
+
+
+def _bounded(what: str, step, seconds: float | None = None) -> None:
+    """Run `step` in a thread of its own for at most `seconds` (SHUTDOWN_STEP_S). What it
+    raises is raised here; a step still running then is left behind (a daemon thread)."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def run():
+        try:
+            step()
+        except BaseException as err:  # handed to the caller
+            raised.append(err)
+
+    thread = threading.Thread(target=run, name=f"shutdown: {what}", daemon=True)
+    thread.start()
+    limit = SHUTDOWN_STEP_S if seconds is None else seconds
+    thread.join(limit)
+    if thread.is_alive():
+        print(f"gdpo-nemo: stopping {what} did not end within {limit:g} s"
+              " (Ray unreachable?); going on without it", file=sys.stderr, flush=True)
+        return
+    if raised:
+        raise raised[0]
+
+
+def _tolerant_memory_tracker() -> None:
+    """NeMo RL's memory tracker prints Ray's memory summary at every stage of every step, and
+    each summary opens a new connection to Ray's GCS; on a loaded machine one such connect
+    timed out ("Failed to connect to GCS") and ended the run after its first step. On the CPU
+    path the summary is a diagnostic: asked again once, then given as unavailable. Idempotent."""
+    from nemo_rl.utils import memory_tracker
+
+    summary = memory_tracker.memory_summary
+    if getattr(summary, "_gdpo_nemo_tolerant", False):
+        return
+
+    def memory_summary(*args, **kwargs):
+        import ray
+
+        for attempt in range(2):
+            try:
+                return summary(*args, **kwargs)
+            except ray.exceptions.RaySystemError as err:
+                failure = err
+                time.sleep(1.0)
+        return f"(Ray's memory summary unavailable: {str(failure).splitlines()[0]})"
+
+    memory_summary._gdpo_nemo_tolerant = True
+    memory_tracker.memory_summary = memory_summary
 
 
 def _no_refit_for_shared_weights(grpo_module) -> None:
