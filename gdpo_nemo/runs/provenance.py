@@ -71,6 +71,16 @@ def code_version(root: Path = REPO_ROOT) -> dict:
             "package": __version__}
 
 
+def git_root(path: Path) -> Path | None:
+    """The top folder of the git repository that holds `path` (None: none, or no git)."""
+    try:
+        done = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(done.stdout.strip()).resolve() if done.returncode == 0 and done.stdout.strip() else None
+
+
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo; the platform's processor string elsewhere)."""
     try:

@@ -403,7 +403,10 @@ def test_a_job_failing_inside_its_last_step_in_a_users_shell_is_no_finished_seed
     from gdpo_nemo.runs import provenance
 
     [record] = provenance.read(run_dir)
-    assert record["libraries"]["nemo_rl"] == nemo_rl.__version__
+    # .nemo-rl/nemo-rl is an unpacked archive inside this checkout: NeMo RL's "+<sha>" names the
+    # checkout's commit, not NeMo RL's, and is left out, as is a commit
+    assert record["libraries"]["nemo_rl"] == nemo_rl.__version__.split("+", 1)[0] == "0.6.0"
+    assert "nemo_rl_commit" not in record["libraries"]
     assert record["numerics"]["generation_backend"] == CPU_GENERATION
     # the W&B run: offline files in the run dir, ended as failed
     [wandb_run] = find_offline_runs(run_dir)

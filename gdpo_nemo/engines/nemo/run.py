@@ -70,19 +70,27 @@ def find_run_grpo(explicit: str | None = None) -> Path:
 
 def nemo_rl_libraries() -> dict:
     """`provenance.library_versions` of NeMo RL's stack; NeMo RL itself by its own
-    ``__version__`` and source commit when it runs from a source tree (not installed as a
-    distribution: a container's /opt/nemo-rl, a checkout on PYTHONPATH)."""
+    ``__version__`` and source commit when it runs from a source tree that is a git checkout of
+    its own (not installed as a distribution: a container's /opt/nemo-rl, a checkout on
+    PYTHONPATH); an unpacked source inside another checkout gets neither that checkout's sha
+    nor its commit."""
     libraries = provenance.library_versions((*provenance.LIBRARIES, *NEMO_LIBRARIES))
     try:
         import nemo_rl
     except ImportError:
         return libraries
-    if libraries.get("nemo_rl") is None:
-        libraries["nemo_rl"] = str(getattr(nemo_rl, "__version__", None) or "source")
     source = Path(nemo_rl.__file__).resolve().parents[1]
-    commit = provenance.code_version(source).get("commit")
-    if commit:
-        libraries["nemo_rl_commit"] = commit
+    # NeMo RL appends "+<short sha>" of whatever git repository holds its source to its
+    # __version__; a source tree that is no repository of its own (an archive unpacked inside
+    # another checkout: this project's .nemo-rl/) would name that checkout's commit as NeMo RL's.
+    own_repository = provenance.git_root(source) == source
+    if libraries.get("nemo_rl") is None:
+        version = str(getattr(nemo_rl, "__version__", None) or "source")
+        libraries["nemo_rl"] = version if own_repository else version.split("+", 1)[0]
+    if own_repository:
+        commit = provenance.code_version(source).get("commit")
+        if commit:
+            libraries["nemo_rl_commit"] = commit
     return libraries
 
 
