@@ -53,8 +53,8 @@ def check_config(raw: dict) -> tuple[dict, str | None]:
 
 def local_problems(config: dict) -> list[str]:
     """What `check_config` refuses in `config`, as lines (none: the local engine runs it): the
-    sweep and the composer ask this (LocalEngine.config_problems), so that a run the local
-    engine would refuse at its start is refused before any job is planned."""
+    sweep asks this (LocalEngine.start_problems), so that a run the local engine would refuse
+    at its start is refused before any job is planned."""
     return _checked(config)[1]
 
 

@@ -237,13 +237,14 @@ def _tolerant_memory_tracker() -> None:
     def memory_summary(*args, **kwargs):
         import ray
 
-        for attempt in range(2):
-            try:
-                return summary(*args, **kwargs)
-            except ray.exceptions.RaySystemError as err:
-                failure = err
-                time.sleep(1.0)
-        return f"(Ray's memory summary unavailable: {str(failure).splitlines()[0]})"
+        try:
+            return summary(*args, **kwargs)
+        except ray.exceptions.RaySystemError:
+            time.sleep(1.0)
+        try:
+            return summary(*args, **kwargs)
+        except ray.exceptions.RaySystemError as err:
+            return f"(Ray's memory summary unavailable: {str(err).splitlines()[0]})"
 
     memory_summary._gdpo_nemo_tolerant = True
     memory_tracker.memory_summary = memory_summary
