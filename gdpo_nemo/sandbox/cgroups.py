@@ -23,14 +23,19 @@ Where it is made (`CgroupRoot.detect`):
 Elsewhere there is no per-sandbox bound (the stated fallback): rlimits per process, the
 sandbox's total bounded by `memory_bytes x max_processes`; `Sandbox` says so once.
 
-A sandbox enters its cgroup before anything runs in it: the harness starts it through a
-`/bin/sh` line that writes its own PID into the cgroup and then execs setpriv/bwrap.
+A sandbox enters its cgroup before anything runs in it: bubblewrap's sandbox process waits
+(`--block-fd`) until the harness has written its PID (reported on `--info-fd`) into the cgroup
+(`SandboxCgroup.enter`, gdpo_nemo.sandbox.runner.start_sandbox); the rlimits backend starts
+through a `/bin/sh` line that writes its own PID into the cgroup and then execs the driver.
+Each sandbox's directory has a random name: a program sees its cgroup's path in
+/proc/self/cgroup (relative to the harness's cgroup, where its cgroup namespace was made), and
+the name tells it nothing, such as how many sandboxes ran before it.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
+import secrets
 import signal
 import threading
 import time
@@ -88,8 +93,13 @@ class SandboxCgroup:
         return [str(directory / "cgroup.procs") for directory in self.directories.values()]
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """`argv` started inside this cgroup."""
+        """`argv` started inside this cgroup (through `/bin/sh`, which enters it first)."""
         return ["/bin/sh", "-c", _ENTER, "gdpo-sandbox-enter", *self.procs_files, "--", *argv]
+
+    def enter(self, pid: int) -> None:
+        """Move process `pid` into this cgroup (its children, forked later, start in it)."""
+        for path in self.procs_files:
+            _write(Path(path), int(pid))
 
     def apply(self, limits: Limits, payload: int = 0) -> None:
         """Set the bounds for a job with `limits` whose payload (source and test inputs,
@@ -201,7 +211,6 @@ class CgroupRoot:
         self.version = version
         self.parents = parents
         self.lease = lease  # the host-wide lease on the parents' name (None for a dead harness's)
-        self._names = itertools.count()
         self._lock = threading.Lock()
         self._deferred: list[SandboxCgroup] = []
 
@@ -271,8 +280,7 @@ class CgroupRoot:
     def create(self) -> SandboxCgroup:
         """A new, empty cgroup for one sandbox."""
         self._sweep_deferred()
-        with self._lock:
-            name = str(next(self._names))
+        name = secrets.token_hex(8)
         directories = {}
         for controller, parent in self.parents.items():
             directory = parent / name

@@ -26,7 +26,7 @@ import threading
 from gdpo_nemo.sandbox.isolation import lease_host_uid, leased_uid
 from gdpo_nemo.sandbox.limits import Limits
 from gdpo_nemo.sandbox.protocol import Case, SandboxError, collect, job_blob, judged_reader, payload_bytes, read_report
-from gdpo_nemo.sandbox.runner import Sandbox, give_back, kill_group, run_deadline, take_root
+from gdpo_nemo.sandbox.runner import Sandbox, give_back, kill_group, run_deadline, start_sandbox, take_root
 
 
 class SandboxWorker:
@@ -92,15 +92,11 @@ class SandboxWorker:
         except BaseException:
             self._stop()  # gives the uid and the copy back
             raise
-        argv = launch.argv if self._cgroup is None else self._cgroup.wrap(launch.argv)
         try:
-            self._process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                env=self._launch.env, close_fds=True, start_new_session=True,
-            )
-        except OSError as err:
+            self._process = start_sandbox(launch.argv, self._cgroup, stderr=self._stderr, cwd=None, env=self._launch.env)
+        except BaseException:
             self._stop()
-            raise SandboxError(f"cannot start {argv[0]}: {err}") from err
+            raise
         self.started += 1
 
     def _exchange(self, blob: bytes, cases: list[Case], limits: Limits, judge) -> list:
