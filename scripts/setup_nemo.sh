@@ -79,4 +79,11 @@ if sys.version_info < (3, 12):
 EOF
   mark_installed .venv-nemo "$want"
 fi
+# Bytecode for NeMo RL's source trees, which no pip install compiled: where Python does not
+# write bytecode (PYTHONDONTWRITEBYTECODE=1, as on this project's CI machines) every process
+# that imports NeMo RL (each run's driver, policy worker and environment actors) would compile
+# its ~300 modules again. compileall skips what is up to date (a re-run costs ~1 s).
+trees=(.nemo-rl/nemo-rl/nemo_rl)
+[ -d .nemo-rl-release/source/nemo_rl ] && trees+=(.nemo-rl-release/source/nemo_rl)
+.venv-nemo/bin/python -m compileall -q -j 0 "${trees[@]}" >/dev/null
 echo "setup_nemo: NeMo RL source of $(basename "$ARCHIVE") in .nemo-rl/, .venv-nemo ready"
