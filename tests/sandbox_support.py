@@ -46,3 +46,28 @@ def inet_sandbox() -> Sandbox:
 def pool(sandbox: Sandbox):
     with SandboxPool(workers=4, sandbox=sandbox, limits=SMALL) as running:
         yield running
+
+
+# How a program's sandbox is made: a one-off sandbox of its own (Sandbox.run_cases; its /proc
+# holds only its processes and its driver runs the job itself) or a reused one (a pool
+# worker's, after another program ran in it: full /proc with the host-wide files hidden one
+# by one, and a job process per program).
+MODES = ("one-off", "reused")
+
+
+def run_as(mode: str, box: Sandbox, source: str, cases=None, limits: Limits = SMALL) -> list:
+    """`source` run on `cases` (default: one empty Case) in a sandbox made the `mode` way."""
+    from gdpo_nemo.sandbox import Case, SandboxWorker
+
+    cases = [Case()] if cases is None else cases
+    if mode == "one-off":
+        return box.run_cases(source, cases, limits)
+    worker = SandboxWorker(box, limits.tmp_bytes)
+    try:
+        [warm] = worker.run_cases("print(1)", [Case()], limits)
+        assert warm.stdout == "1\n", warm
+        results = worker.run_cases(source, cases, limits)
+        assert worker.started == 1  # the second program ran in the first one's sandbox
+        return results
+    finally:
+        worker.close()

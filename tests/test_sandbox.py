@@ -10,7 +10,7 @@ import tempfile
 import time
 
 import pytest
-from sandbox_support import SMALL, pool, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import MODES, SMALL, pool, run_as, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.sandbox import STATUSES, Case, Limits, Sandbox, SandboxError, SandboxPool
 from gdpo_nemo.sandbox import runner as runner_module
@@ -60,10 +60,13 @@ def test_programs_run_as_an_unprivileged_uid_when_the_harness_is_root(sandbox):
     assert uid == gid and SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SPAN  # the sandbox's own
 
 
-def test_the_program_runs_under_the_driver_as_pid_1_of_its_own_namespace(sandbox):
-    # Its parent is the job process, forked by the driver (PID 1) for this program alone.
-    source = "import os\nparent = os.getppid()\nprint(parent, open(f'/proc/{parent}/stat').read().split()[3], len(os.listdir('/proc')) < 80)"
-    assert sandbox.run_program(source, "", SMALL).stdout == "2 1 True\n"
+@pytest.mark.parametrize("mode", MODES)
+def test_the_program_runs_under_the_driver_as_pid_1_of_its_own_namespace(sandbox, mode):
+    # Reused: its parent is the job process, forked by the driver (PID 1) for this program
+    # alone. One-off: the driver runs the sandbox's only job itself and is the parent.
+    source = "import os\nparent = os.getppid()\nprint(parent == 1, open(f'/proc/{parent}/stat').read().split()[3], len(os.listdir('/proc')) < 80)"
+    [result] = run_as(mode, sandbox, source)
+    assert result.stdout == {"one-off": "True 0 True\n", "reused": "False 1 True\n"}[mode]
 
 
 def test_the_program_cannot_reach_the_drivers_report_channel(sandbox):

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from sandbox_support import SMALL, inet_sandbox, pool, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import MODES, SMALL, inet_sandbox, pool, run_as, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
 from gdpo_nemo.sandbox import Case
@@ -211,16 +211,19 @@ def test_secrets_in_the_harness_environment_are_invisible(sandbox, monkeypatch):
     assert not any(value in result.stdout + result.stderr for value in SECRETS.values())
 
 
-def test_killing_the_parent_fails_and_the_driver_reports_every_case(sandbox):
+@pytest.mark.parametrize("mode", MODES)
+def test_killing_the_parent_fails_and_the_driver_reports_every_case(sandbox, mode):
     harness = os.getpid()
-    results = sandbox.run_cases(kills_parent(harness), [Case(), Case()], SMALL)
+    results = run_as(mode, sandbox, kills_parent(harness), [Case(), Case()])
     assert [r.status for r in results] == ["error", "error"]  # killed itself; both cases reported
-    # The job process (its parent) is guarded by the filter, as is kill(-1); the driver
-    # (PID 1) ignores the signal; the harness's PID does not exist inside the sandbox.
+    # The program's parent is guarded by the filter, as is kill(-1): the job process of a
+    # reused sandbox (while the driver, PID 1, ignores the signal), the driver itself in a
+    # one-off sandbox; the harness's PID does not exist inside the sandbox.
     lines = results[0].stdout.splitlines()
-    assert lines == [
-        "refused 2 PermissionError", "sent 1", "refused -1 PermissionError", f"refused {harness} ProcessLookupError",
-    ]
+    job = lines[0].split()[1]  # the reused sandbox's job process: the PID after the earlier program's
+    parent = {"reused": [f"refused {job} PermissionError", "sent 1"], "one-off": ["refused 1 PermissionError"] * 2}[mode]
+    assert lines == [*parent, "refused -1 PermissionError", f"refused {harness} ProcessLookupError"]
+    assert (job == "1") == (mode == "one-off")
 
 
 def test_a_daemon_that_outlives_the_program_is_killed(sandbox):

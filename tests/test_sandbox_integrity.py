@@ -15,7 +15,7 @@ import os
 import random
 
 import pytest
-from sandbox_support import SMALL, pool, sandbox  # noqa: F401  (fixtures)
+from sandbox_support import MODES, SMALL, pool, run_as, sandbox  # noqa: F401  (fixtures)
 
 from gdpo_nemo.rewards.code import score_code_batch
 from gdpo_nemo.sandbox import Case, Limits, SandboxPool, SandboxWorker
@@ -207,19 +207,23 @@ def harness_key():
     return description.decode()
 
 
-def test_the_harness_session_keyring_is_invisible_and_keys_cannot_be_made(sandbox, harness_key):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_harness_session_keyring_is_invisible_and_keys_cannot_be_made(sandbox, harness_key, mode):
+    # (a one-off sandbox's /proc has no keys file at all, a reused one's lists its own keyring)
     source = (
-        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        f"print({harness_key!r} in open('/proc/keys').read())\n"
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print(os.path.exists('/proc/keys') and {harness_key!r} in open('/proc/keys').read())\n"
         f"print(libc.syscall({SYS['keyctl']}, 0, {KEY_SPEC_SESSION_KEYRING}, 0), ctypes.get_errno())\n"
         f"print(libc.syscall({SYS['add_key']}, b'user', b'mine', b'x', 1, ctypes.c_long({KEY_SPEC_SESSION_KEYRING})), ctypes.get_errno())\n"
     )
-    assert sandbox.run_program(source, "", SMALL).stdout == f"False\n-1 {errno.EPERM}\n-1 {errno.EPERM}\n"
+    [result] = run_as(mode, sandbox, source)
+    assert result.stdout == f"False\n-1 {errno.EPERM}\n-1 {errno.EPERM}\n"
 
 
 def test_a_program_sees_only_its_own_empty_session_keyring_while_other_sandboxes_run(sandbox, worker):
     worker.run_cases("print(1)", [Case()], SMALL)  # another sandbox, alive
-    [result] = sandbox.run_cases("print(open('/proc/keys').read().splitlines())", [Case()], SMALL)
+    # a reused sandbox (a one-off one has no /proc/keys: tests/test_sandbox_host_counters.py)
+    [result] = run_as("reused", sandbox, "print(open('/proc/keys').read().splitlines())")
     [line] = ast.literal_eval(result.stdout)
     assert line.endswith("_ses: empty") and " 3f000000 " in line
 
@@ -444,10 +448,15 @@ def test_main_py_is_written_afresh_for_every_case(sandbox):
     assert results[0].stdout == results[1].stdout == f"{len(source.encode())}\n"
 
 
-def test_sigint_to_the_driver_is_ignored_and_every_case_is_reported(sandbox):
-    source = "import os, signal\nos.kill(1, signal.SIGINT)\nimport time\ntime.sleep(0.1)\nprint('still here')"
-    results = sandbox.run_cases(source, [Case(), Case()], SMALL)
-    assert [(r.status, r.stdout) for r in results] == [("ok", "still here\n")] * 2
+@pytest.mark.parametrize("mode", MODES)
+def test_sigint_to_the_driver_is_ignored_and_every_case_is_reported(sandbox, mode):
+    # Reused: the driver (PID 1) gets it and ignores it. One-off: the driver is the program's
+    # parent, which the filter guards: the signal is refused.
+    source = ("import os, signal, time\ntry:\n    os.kill(1, signal.SIGINT)\nexcept PermissionError:\n    print('refused')\n"
+              "time.sleep(0.1)\nprint('still here')")
+    results = run_as(mode, sandbox, source, [Case(), Case()])
+    said = {"reused": "still here\n", "one-off": "refused\nstill here\n"}[mode]
+    assert [(r.status, r.stdout) for r in results] == [("ok", said)] * 2
 
 
 def test_a_program_printing_protocol_lines_does_not_confuse_the_report(worker):

@@ -105,7 +105,8 @@ def test_a_job_asking_for_another_tmp_size_runs_in_a_sandbox_of_its_own(worker):
 
 
 def test_the_pool_reuses_sandboxes_and_reports_like_fresh_ones(sandbox):
-    jobs = [(OTHER_PIDS, [Case()]), (LIST_TMP, [Case()]), ("import os\nprint(os.getuid(), open(f'/proc/{os.getppid()}/stat').read().split()[3])", [Case()])] * 4
+    # (what differs by design is not asked: a one-off sandbox's driver is the program's parent)
+    jobs = [(OTHER_PIDS, [Case()]), (LIST_TMP, [Case()]), ("import os\nprint(os.getuid(), os.getpgid(0) == os.getpid())", [Case()])] * 4
     with SandboxPool(workers=2, sandbox=sandbox, limits=SMALL) as reused, SandboxPool(
         workers=2, sandbox=sandbox, limits=SMALL, reuse=False
     ) as fresh:

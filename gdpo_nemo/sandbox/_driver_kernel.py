@@ -75,6 +75,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+CAP_SETPCAP, CAP_SYS_ADMIN, CAP_SYS_RESOURCE = 8, 21, 24
 SECCOMP_MODE_FILTER = 2
 KEYCTL_JOIN_SESSION_KEYRING = 1
 KEYCTL_SETPERM = 5
@@ -82,6 +84,14 @@ KEY_SPEC_SESSION_KEYRING = -3
 KEY_POSSESSOR_ALL = 0x3F000000  # possessor: everything; the uid, group, others: nothing
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61}
+SYS_MOUNT = {"x86_64": 165, "aarch64": 40}
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# The driver's argument (after `-c` and its code) asking it to mount the sandbox's /proc
+# with only its processes in it (procfs `subset=pid`), then drop the one capability
+# bubblewrap left it for that (isolation.PROC_SUBSET_ARG).
+PROC_SUBSET_ARG = "--proc-subset"
 SIGINT = 2
 SIGKILL = 9
 SETUP_FAILED_STATUS = 121  # the driver could not prepare the case (a sandbox failure)
@@ -124,6 +134,7 @@ class _Kernel:
             libc = Libc()
             self.prctl = Func(("prctl", libc))
             self.syscall = Func(("syscall", libc))
+            self.syscall6 = Func(("syscall", libc))
             self._addressof = _ctypes.addressof
             self._char, self._array = Char, _ctypes.Array
         except Exception:
@@ -131,12 +142,13 @@ class _Kernel:
 
             Long = ctypes.c_long
             libc = ctypes.CDLL(None, use_errno=True)
-            self.prctl, self.syscall = libc.prctl, libc.syscall
-            self.prctl.restype = self.syscall.restype = Long
+            self.prctl, self.syscall, self.syscall6 = libc.prctl, libc.syscall, libc["syscall"]
+            self.prctl.restype = self.syscall.restype = self.syscall6.restype = Long
             self._addressof = ctypes.addressof
             self._char, self._array = ctypes.c_char, ctypes.Array
         for function in (self.prctl, self.syscall):
             function.argtypes = (Long,) * 5
+        self.syscall6.argtypes = (Long,) * 6  # a system call with five arguments (mount)
 
     def _buffer(self, data):
         kind = type("Buffer", (self._array,), {"_type_": self._char, "_length_": max(1, len(data))})
@@ -176,6 +188,53 @@ class _Kernel:
             return self.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
         except Exception:
             return False
+
+    def mount_proc_subset(self):
+        """Allow no user namespace below the sandbox's (what bubblewrap's --disable-userns
+        does, by the same sysctl), mount a /proc that holds only the sandbox's processes
+        (`subset=pid`: no host-wide file at all, Linux >= 5.8) over the full one bubblewrap
+        mounted, then drop every capability (bubblewrap's `--cap-add` gave PID 1
+        CAP_SYS_ADMIN, CAP_SYS_RESOURCE and CAP_SETPCAP for this, in the sandbox's user
+        namespace only:
+        without them nothing can raise the sysctl again or uncover /proc). None when all of
+        it worked, else what failed; the driver must not go on then. The kernel lets a user
+        namespace mount procfs only beside a fully visible one: bubblewrap's stays
+        underneath, covered; and only from the namespace that owns the mounts, which is why
+        bubblewrap's nested user namespace (--disable-userns) is not used here."""
+        machine = os.uname().machine
+        if machine not in SYS_MOUNT or machine not in SYS_CAPSET:
+            return "no system call numbers for " + machine
+        limit = "/proc/sys/user/max_user_namespaces"
+        try:
+            fd = os.open(limit, os.O_WRONLY)
+            try:
+                os.write(fd, b"0\n")
+            finally:
+                os.close(fd)
+            with open(limit, "rb") as handle:
+                if handle.read().strip() != b"0":
+                    return limit + " did not take 0"
+        except OSError as err:
+            return "%s: %s" % (limit, err)
+        names = [self._buffer(text + b"\0") for text in (b"proc", b"/proc", b"proc", b"subset=pid")]
+        source, target, kind, options = (self._addressof(name) for name in names)
+        if self.syscall6(SYS_MOUNT[machine], source, target, kind, MS_NOSUID | MS_NODEV | MS_NOEXEC, options) != 0:
+            return "mount of /proc with subset=pid refused"
+        # Out of the bounding set too (CAP_SETPCAP, added for this, goes last), then
+        # struct __user_cap_header_struct {version, pid 0}; data[2] {effective, permitted,
+        # inheritable} all 0 (the ambient set empties with the permitted one).
+        for capability in (CAP_SYS_ADMIN, CAP_SYS_RESOURCE, CAP_SETPCAP):
+            if self.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+                return "capability %d stays in the bounding set" % capability
+        header = self._buffer(LINUX_CAPABILITY_VERSION_3.to_bytes(4, "little") + bytes(4))
+        data = self._buffer(bytes(24))
+        if self.syscall(SYS_CAPSET[machine], self._addressof(header), self._addressof(data), 0, 0) != 0:
+            return "capset refused"
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle.read().splitlines():
+                if line[:3] == b"Cap" and line.split()[1].strip(b"0"):
+                    return "capabilities left: " + line.decode()
+        return None
 
     def new_session_keyring(self):
         """Leave the harness's session keyring for a new, empty one (a harness under a login

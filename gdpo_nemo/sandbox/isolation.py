@@ -61,6 +61,13 @@ HIDDEN_PROC = (
 # whole host, and its limits), one mount where binding over each counter took five (each of
 # bubblewrap's binds re-reads the whole mount table: a tenth of a fresh sandbox's start).
 HIDDEN_PROC_DIRS = ("pressure", "fs", "driver", "sys/fs")
+# A one-off sandbox (one program, then it ends) gets a /proc with nothing but its own
+# processes instead: its driver mounts procfs with `subset=pid` over bubblewrap's (Linux >=
+# 5.8), which hides every host-wide file at once, where the binds above cost ~30 mounts of
+# bubblewrap's (each re-reading the mount table: ~5 ms of a fresh sandbox's start). A reused
+# sandbox keeps the full /proc with the binds: its driver reads /proc/sys/kernel/ns_last_pid,
+# /proc/sysvipc and /proc/net between programs to decide whether it may serve the next one.
+PROC_SUBSET_ARG = "--proc-subset"  # the driver's flag (`_driver_kernel.py` has the same name)
 SANDBOX_TMP = "/tmp"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Host uids of bubblewrap sandboxes when the harness is root, one per sandbox (each start of
@@ -169,6 +176,9 @@ class Isolation:
         # What programs read of the host's files: a tmpfs copy that each sandbox holds alone
         # (gdpo_nemo.sandbox.runtime), else the host's directories (`runtime_note` says why).
         self.runtime, self.runtime_note = runtime.runtime_copies(python) if backend == "bwrap" else (None, "")
+        # One-off sandboxes mount /proc with subset=pid (PROC_SUBSET_ARG); the runner turns
+        # this off where that fails on this machine (an older kernel), and says so.
+        self.proc_subset = backend == "bwrap"
         self._bwrap_head = self._bwrap_args() if backend == "bwrap" else []
 
     def take_root(self) -> runtime.RuntimeRoot | None:
@@ -188,12 +198,11 @@ class Isolation:
             )
         return [setpriv, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
 
-    def _interpreter_args(self) -> list[str]:
+    def _interpreter_args(self, proc_subset: bool = False) -> list[str]:
         # -S: no site (its imports cost ~3 ms); -I: ignore PYTHON* variables and the user site;
-        # -B: never write bytecode.
-        if self._driver_code is None:
-            return [self.python, "-S", "-I", "-B", "-c", self._driver]
-        return [self.python, "-S", "-I", "-B", "-c", _BOOTSTRAP.format(size=len(self._driver_code))]
+        # -B: never write bytecode. The driver's own argument follows its code.
+        code = self._driver if self._driver_code is None else _BOOTSTRAP.format(size=len(self._driver_code))
+        return [self.python, "-S", "-I", "-B", "-c", code] + ([PROC_SUBSET_ARG] if proc_subset else [])
 
     @property
     def _stdin_prefix(self) -> bytes:
@@ -224,10 +233,11 @@ class Isolation:
                 args += ["--ro-bind", prefix, prefix]
         return args
 
-    def _bwrap_tail(self, root: runtime.RuntimeRoot | None) -> list[str]:
+    def _bwrap_tail(self, root: runtime.RuntimeRoot | None, proc_subset: bool = False) -> list[str]:
         """The part of bubblewrap's command line after the system's files: the copy `root`
         (only it: every file a program can read is this sandbox's alone), devices, /proc with
-        its host-wide counters hidden, the read-only root, the environment. Where there are
+        its host-wide counters hidden (or, `proc_subset`, left for the driver to cover with one
+        that has none: PROC_SUBSET_ARG), the read-only root, the environment. Where there are
         copies, a sandbox that starts needs its `root`: without one it has no /usr at all
         (SandboxWorker makes such a Launch only to build its jobs, and never starts it)."""
         args = []
@@ -243,10 +253,10 @@ class Isolation:
         args += ["--proc", "/proc"]
         # an empty file of the copy's (read-only); without the copy, /dev/null (read, it is empty too)
         hide = ["--ro-bind", str(root.empty)] if root is not None else ["--dev-bind", "/dev/null"]
-        for name in HIDDEN_PROC:
+        for name in () if proc_subset else HIDDEN_PROC:
             if os.path.exists(f"/proc/{name}"):
                 args += [*hide, f"/proc/{name}"]
-        for name in HIDDEN_PROC_DIRS:
+        for name in () if proc_subset else HIDDEN_PROC_DIRS:
             if os.path.isdir(f"/proc/{name}"):
                 args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
         args += ["--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
@@ -255,23 +265,30 @@ class Isolation:
         return args
 
     def launch(self, tmp_bytes: int, workdir: str | None, uid: int | None = None,
-               root: runtime.RuntimeRoot | None = None) -> Launch:
+               root: runtime.RuntimeRoot | None = None, *, one_off: bool = False) -> Launch:
         """How to start the driver once. `workdir`: the rlimits backend's private directory (made by
         the caller, removed after the run); ignored by bwrap, whose /tmp is a fresh tmpfs. `uid`:
         run as this uid instead of the Sandbox's (only when the harness is root). `root`: the
-        sandbox's copy of the files programs read (`take_root`), where there are copies."""
+        sandbox's copy of the files programs read (`take_root`), where there are copies.
+        `one_off`: the sandbox runs one job and ends (its /proc then holds only its processes,
+        PROC_SUBSET_ARG, where `proc_subset` is on)."""
         prefix = self._prefix
         if uid is not None and self.uid is not None:
             prefix = [self._prefix[0], f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         if self.backend == "bwrap":
+            subset = one_off and self.proc_subset
             argv = (
                 prefix
                 + self._bwrap_head[:1]
                 + ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
-                + self._bwrap_head[1:]
-                + self._bwrap_tail(root)
+                # the driver's, in the sandbox's user namespace, until it has mounted /proc and
+                # closed user namespaces itself (--disable-userns would nest one, where the
+                # mount is refused)
+                + (["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SYS_RESOURCE", "--cap-add", "CAP_SETPCAP"] if subset else [])
+                + [arg for arg in self._bwrap_head[1:] if not (subset and arg == "--disable-userns")]
+                + self._bwrap_tail(root, subset)
                 + ["--"]
-                + self._interpreter_args()
+                + self._interpreter_args(subset)
             )
             return Launch(argv, None, {"PATH": SANDBOX_PATH}, self._stdin_prefix, f"{SANDBOX_TMP}/main.py", True)
         if workdir is None:

@@ -337,9 +337,12 @@ def read_report(fd: int, deadline: float, reader: FrameReader) -> tuple[_Report,
             return reader.report(), False, reader.void
 
 
-def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool) -> bytes:
+def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limits: Limits, stop_on_timeout: bool,
+             *, last: bool = False) -> bytes:
     """One job as the driver reads it: the header (limits, case kinds, seccomp filter) and
     the payload (source and cases), each an 8-byte big-endian length and a marshal blob.
+    `last`: the sandbox ends after this job (a one-off run), so the driver skips what only
+    keeps the sandbox clean for a next program (the job's marks and the checks after it).
 
     Raises ValueError when the cases' arguments are not plain data (or nest too deeply).
     """
@@ -356,6 +359,7 @@ def job_blob(isolation: Isolation, launch, source: str, cases: list[Case], limit
         "max_run_output_bytes": int(limits.max_run_output_bytes),
         "pid_namespace": launch.pid_namespace,
         "stop_on_timeout": bool(stop_on_timeout),
+        "last": bool(last),
         "seccomp": isolation.seccomp_filter,
         "guard_sites": isolation.seccomp_guard_sites,
     }

@@ -164,6 +164,14 @@ class Sandbox:
             try:
                 isolation = Isolation("bwrap", self.python, self.uid, DRIVER_SOURCE, inet=self.inet)
                 problem = self._probe(isolation)
+                if problem is not None:
+                    # A one-off sandbox's /proc with only its processes needs Linux >= 5.8;
+                    # elsewhere it hides the host-wide files one bind at a time.
+                    isolation.proc_subset = False
+                    problem = self._probe(isolation)
+                    if problem is None:
+                        warn_once("proc-subset", "gdpo_nemo.sandbox: this kernel cannot mount /proc with subset=pid in a "
+                                  "sandbox; one-off sandboxes hide its host-wide files one by one (slower starts)")
             except RuntimeError as err:
                 problem = str(err)
             if problem is not None:
@@ -250,7 +258,7 @@ class Sandbox:
                 if root is not None:
                     held.append(root)
             uid = leased_uid(held[0]) if isolation.uid is not None and isolation.backend == "bwrap" else None
-            launch = isolation.launch(limits.tmp_bytes, workdir, uid=uid, root=root)
+            launch = isolation.launch(limits.tmp_bytes, workdir, uid=uid, root=root, one_off=True)
         except BaseException:
             give_back(held, None)
             if workdir is not None:
@@ -267,7 +275,7 @@ class Sandbox:
         is given back once the sandbox's processes are gone (`give_back`)."""
         cgroup = None
         try:
-            blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout)
+            blob = job_blob(isolation, launch, source, cases, limits, stop_on_timeout, last=True)
             cgroup = self.new_cgroup(limits, payload_bytes(blob))
             return self._run_process(launch, cgroup, blob, cases, limits, judge)
         finally:
