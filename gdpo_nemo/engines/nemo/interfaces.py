@@ -117,11 +117,22 @@ def rollouts_take_named_rewards() -> bool:
     """Whether the imported NeMo RL's rollout takes an environment's rewards as a mapping of
     named components (main at the pin: ``{"reward/<name>": Tensor[B]}`` becomes batch keys of
     those names) or only as a tensor (the v0.7.0 release: ``Tensor[B, K]``, whose columns the
-    rollout puts on the batch as ``reward1`` ... ``rewardK``). Read from the rollout's own
-    reward gathering, which tests a task's rewards for a dict only where it takes one."""
-    import nemo_rl.experience.rollouts as rollouts
+    rollout puts on the batch as ``reward1`` ... ``rewardK``). Read from the source of the
+    rollout's own reward gathering, which tests a task's rewards for a dict only where it
+    takes one: from its file, without importing it (the module pulls in nearly all of NeMo RL,
+    ~10 s of CPU in every environment actor that asks)."""
+    import ast
+    import importlib.util
 
-    return "isinstance(task_rewards, dict)" in inspect.getsource(rollouts.calculate_rewards)
+    spec = importlib.util.find_spec("nemo_rl.experience.rollouts")
+    if spec is None or not spec.origin:
+        raise ImportError("nemo_rl.experience.rollouts not found")
+    with open(spec.origin, encoding="utf-8") as handle:
+        source = handle.read()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "calculate_rewards":
+            return "isinstance(task_rewards, dict)" in (ast.get_source_segment(source, node) or "")
+    raise ImportError(f"{spec.origin} defines no calculate_rewards")
 
 
 def name_numbered_rewards(batch, names) -> None:
