@@ -89,8 +89,8 @@ SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # The driver's argument (after `-c` and its code) asking it to mount the sandbox's /proc
-# with only its processes in it (procfs `subset=pid`), then drop the one capability
-# bubblewrap left it for that (isolation.PROC_SUBSET_ARG).
+# with only its processes in it (procfs `subset=pid`), then drop the capabilities bubblewrap
+# lent it for that (isolation.PROC_SUBSET_ARG).
 PROC_SUBSET_ARG = "--proc-subset"
 SIGINT = 2
 SIGKILL = 9
@@ -134,7 +134,6 @@ class _Kernel:
             libc = Libc()
             self.prctl = Func(("prctl", libc))
             self.syscall = Func(("syscall", libc))
-            self.syscall6 = Func(("syscall", libc))
             self._addressof = _ctypes.addressof
             self._char, self._array = Char, _ctypes.Array
         except Exception:
@@ -142,13 +141,12 @@ class _Kernel:
 
             Long = ctypes.c_long
             libc = ctypes.CDLL(None, use_errno=True)
-            self.prctl, self.syscall, self.syscall6 = libc.prctl, libc.syscall, libc["syscall"]
-            self.prctl.restype = self.syscall.restype = self.syscall6.restype = Long
+            self.prctl, self.syscall = libc.prctl, libc.syscall
+            self.prctl.restype = self.syscall.restype = Long
             self._addressof = ctypes.addressof
             self._char, self._array = ctypes.c_char, ctypes.Array
-        for function in (self.prctl, self.syscall):
-            function.argtypes = (Long,) * 5
-        self.syscall6.argtypes = (Long,) * 6  # a system call with five arguments (mount)
+        self.prctl.argtypes = (Long,) * 5
+        self.syscall.argtypes = (Long,) * 6  # the number and five arguments (mount takes five)
 
     def _buffer(self, data):
         kind = type("Buffer", (self._array,), {"_type_": self._char, "_length_": max(1, len(data))})
@@ -195,12 +193,12 @@ class _Kernel:
         (`subset=pid`: no host-wide file at all, Linux >= 5.8) over the full one bubblewrap
         mounted, then drop every capability (bubblewrap's `--cap-add` gave PID 1
         CAP_SYS_ADMIN, CAP_SYS_RESOURCE and CAP_SETPCAP for this, in the sandbox's user
-        namespace only:
-        without them nothing can raise the sysctl again or uncover /proc). None when all of
-        it worked, else what failed; the driver must not go on then. The kernel lets a user
-        namespace mount procfs only beside a fully visible one: bubblewrap's stays
-        underneath, covered; and only from the namespace that owns the mounts, which is why
-        bubblewrap's nested user namespace (--disable-userns) is not used here."""
+        namespace only: without them nothing can raise the sysctl again or uncover /proc).
+        None when all of it worked, else what failed; the driver must not go on then. The
+        kernel lets a user namespace mount procfs only beside a fully visible one:
+        bubblewrap's stays underneath, covered; and only from the namespace that owns the
+        mounts, which is why bubblewrap's nested user namespace (--disable-userns) is not
+        used here."""
         machine = os.uname().machine
         if machine not in SYS_MOUNT or machine not in SYS_CAPSET:
             return "no system call numbers for " + machine
@@ -218,7 +216,7 @@ class _Kernel:
             return "%s: %s" % (limit, err)
         names = [self._buffer(text + b"\0") for text in (b"proc", b"/proc", b"proc", b"subset=pid")]
         source, target, kind, options = (self._addressof(name) for name in names)
-        if self.syscall6(SYS_MOUNT[machine], source, target, kind, MS_NOSUID | MS_NODEV | MS_NOEXEC, options) != 0:
+        if self.syscall(SYS_MOUNT[machine], source, target, kind, MS_NOSUID | MS_NODEV | MS_NOEXEC, options) != 0:
             return "mount of /proc with subset=pid refused"
         # Out of the bounding set too (CAP_SETPCAP, added for this, goes last), then
         # struct __user_cap_header_struct {version, pid 0}; data[2] {effective, permitted,
@@ -228,7 +226,7 @@ class _Kernel:
                 return "capability %d stays in the bounding set" % capability
         header = self._buffer(LINUX_CAPABILITY_VERSION_3.to_bytes(4, "little") + bytes(4))
         data = self._buffer(bytes(24))
-        if self.syscall(SYS_CAPSET[machine], self._addressof(header), self._addressof(data), 0, 0) != 0:
+        if self.syscall(SYS_CAPSET[machine], self._addressof(header), self._addressof(data), 0, 0, 0) != 0:
             return "capset refused"
         with open("/proc/self/status", "rb") as handle:
             for line in handle.read().splitlines():
@@ -243,8 +241,8 @@ class _Kernel:
         Best effort."""
         try:
             number = SYS_KEYCTL.get(os.uname().machine)
-            if number is not None and self.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0) >= 0:
-                self.syscall(number, KEYCTL_SETPERM, KEY_SPEC_SESSION_KEYRING, KEY_POSSESSOR_ALL, 0)
+            if number is not None and self.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, 0, 0, 0, 0) >= 0:
+                self.syscall(number, KEYCTL_SETPERM, KEY_SPEC_SESSION_KEYRING, KEY_POSSESSOR_ALL, 0, 0)
         except Exception:
             pass
 

@@ -215,7 +215,7 @@ class Isolation:
         args = [
             bwrap,
             "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--disable-userns",
+            "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--as-pid-1",
             "--hostname", "sandbox",
         ]
@@ -253,12 +253,13 @@ class Isolation:
         args += ["--proc", "/proc"]
         # an empty file of the copy's (read-only); without the copy, /dev/null (read, it is empty too)
         hide = ["--ro-bind", str(root.empty)] if root is not None else ["--dev-bind", "/dev/null"]
-        for name in () if proc_subset else HIDDEN_PROC:
-            if os.path.exists(f"/proc/{name}"):
-                args += [*hide, f"/proc/{name}"]
-        for name in () if proc_subset else HIDDEN_PROC_DIRS:
-            if os.path.isdir(f"/proc/{name}"):
-                args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
+        if not proc_subset:
+            for name in HIDDEN_PROC:
+                if os.path.exists(f"/proc/{name}"):
+                    args += [*hide, f"/proc/{name}"]
+            for name in HIDDEN_PROC_DIRS:
+                if os.path.isdir(f"/proc/{name}"):
+                    args += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
         args += ["--remount-ro", "/", "--chdir", SANDBOX_TMP, "--clearenv"]
         for key, value in scrubbed_env(SANDBOX_TMP).items():
             args += ["--setenv", key, value]
@@ -281,11 +282,12 @@ class Isolation:
                 prefix
                 + self._bwrap_head[:1]
                 + ["--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP]
-                # the driver's, in the sandbox's user namespace, until it has mounted /proc and
-                # closed user namespaces itself (--disable-userns would nest one, where the
-                # mount is refused)
-                + (["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SYS_RESOURCE", "--cap-add", "CAP_SETPCAP"] if subset else [])
-                + [arg for arg in self._bwrap_head[1:] if not (subset and arg == "--disable-userns")]
+                # a one-off sandbox's driver holds these, in the sandbox's user namespace, until
+                # it has mounted /proc and closed user namespaces itself (--disable-userns would
+                # nest one, where the mount is refused)
+                + (["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SYS_RESOURCE", "--cap-add", "CAP_SETPCAP"]
+                   if subset else ["--disable-userns"])
+                + self._bwrap_head[1:]
                 + self._bwrap_tail(root, subset)
                 + ["--"]
                 + self._interpreter_args(subset)
