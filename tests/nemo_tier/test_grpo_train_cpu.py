@@ -343,6 +343,44 @@ def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(ma
     assert max(abs(a) for a in read_advantages(run_dir)[2]["advantages"]) > 0.1  # a step that trained
 
 
+def test_the_cpu_path_reads_batches_in_the_driver_and_a_run_checkpointed_with_a_loader_worker_resumes_with_it(
+        matrix_runs, tmp_path):
+    """data.num_workers 0 on the CPU path (a loader worker is a fork of a driver running Ray's
+    threads); a checkpoint's loader state says how the run started, and the run resumes that
+    way: torchdata's states of the two kinds do not load into each other, and the two draw
+    the shuffle differently, so the resumed batches must be the uninterrupted run's."""
+    from types import SimpleNamespace
+
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from gdpo_nemo.engines.nemo.cpu.train import _loaders, saved_loader_workers
+
+    config, _, _ = matrix_runs["gsm8k"]
+    assert config["data"]["num_workers"] == 0
+    rows = [{"message_log": [], "length": 1, "loss_multiplier": 1.0, "extra_env_info": None, "idx": i} for i in range(24)]
+    master = SimpleNamespace(grpo={"num_prompts_per_step": 3, "use_dynamic_sampling": False, "val_period": 0,
+                                   "val_at_start": False, "val_at_end": False},
+                             data={"shuffle": True, "num_workers": 0})
+    orders = {}
+    for workers in (1, 0):
+        torch.manual_seed(7)
+        loader = StatefulDataLoader(rows, batch_size=3, shuffle=True, drop_last=True, num_workers=workers,
+                                    collate_fn=lambda batch: [row["idx"] for row in batch])
+        batches = iter(loader)
+        first = [next(batches) for _ in range(2)]
+        checkpoint = tmp_path / f"workers{workers}"
+        checkpoint.mkdir()
+        torch.save(loader.state_dict(), checkpoint / "train_dataloader.pt")
+        orders[workers] = first + [next(batches) for _ in range(3)]
+        assert saved_loader_workers(checkpoint, 0) == workers
+        torch.manual_seed(99)  # the resumed run's own seed draws nothing here: the state holds it
+        resumed, _ = _loaders(master, rows, None, checkpoint)
+        assert [[int(i) for i in batch["idx"]] for batch in list(resumed)[:3]] == orders[workers][2:]
+    assert orders[1] != orders[0]  # had the resume taken the configured 0, its batches would differ
+    assert saved_loader_workers(tmp_path, 0) == 0 and saved_loader_workers(tmp_path, 1) == 1  # no loader state
+
+
 _FAIL_INSIDE_LAST_STEP = textwrap.dedent("""
     import os, signal, sys
     from nemo_rl.utils import logger

@@ -178,7 +178,16 @@ def _batch(c: dict, changes: list, notes: list, size: SmokeSize, tiny_model: boo
 
 
 def _data(c: dict, changes: list, notes: list, data: str) -> None:
-    """The task's offline rows where the files are not here (the row counts are set last)."""
+    """The task's offline rows where the files are not here (the row counts are set last);
+    batches read in the driver itself.
+
+    `data.num_workers` 0: a loader worker is a fork of the driver, which by then runs Ray's
+    and gRPC's threads; a lock one of them held at the fork stays held in the child, and
+    grpo_train's first batch never came (a tier run of a clean clone, 2026-11-30, hung
+    before step 1 in the loader's first `next`). The rows of a smoke run are a few dozen: reading them in the
+    driver costs nothing, and the order is the same (the sampler and its seed live in the
+    driver either way)."""
+    _set(c, "data.num_workers", 0, changes)
     for split in ("train", "validation"):
         block = get_path(c, f"data.{split}")
         if not isinstance(block, dict):

@@ -304,15 +304,36 @@ def _loaders(master, dataset, val_dataset, last_checkpoint):
     prompts_per_batch = _field(grpo, "num_prompts_per_step")
     if _field(grpo, "use_dynamic_sampling"):
         prompts_per_batch = int(prompts_per_batch * _field(grpo, "batch_multiplier"))
+    workers = master.data["num_workers"]
+    if last_checkpoint is not None:
+        workers = saved_loader_workers(last_checkpoint, workers)
     loader = StatefulDataLoader(dataset, batch_size=prompts_per_batch, shuffle=master.data["shuffle"],
-                                collate_fn=rl_collate_fn, drop_last=True, num_workers=master.data["num_workers"])
+                                collate_fn=rl_collate_fn, drop_last=True, num_workers=workers)
     if last_checkpoint is not None:
         load_dataloader_state(loader, last_checkpoint, master.data)
     val_loader = None
     if _field(grpo, "val_period") > 0 or _field(grpo, "val_at_start") or _field(grpo, "val_at_end"):
         val_loader = StatefulDataLoader(val_dataset, batch_size=_field(grpo, "val_batch_size"), shuffle=False,
-                                        collate_fn=rl_collate_fn, num_workers=master.data["num_workers"])
+                                        collate_fn=rl_collate_fn, num_workers=workers)
     return loader, val_loader
+
+
+def saved_loader_workers(checkpoint, configured: int) -> int:
+    """How many loader workers the run resumed from had: torchdata's state of a loader with
+    workers cannot be loaded into one without (nor the reverse), and the two draw the shuffle
+    differently; a run resumes as it started (a CPU-path run checkpointed before the path
+    read its batches in the driver, `data.num_workers` 0, keeps its worker). `configured`
+    when the checkpoint holds no loader state."""
+    import torch
+
+    path = Path(checkpoint) / "train_dataloader.pt"
+    if not path.is_file():
+        return configured
+    state = torch.load(path)
+    snapshot = state.get("_snapshot") if isinstance(state, dict) else None
+    if isinstance(snapshot, dict):
+        return len(snapshot.get("_worker_snapshots") or {}) or configured
+    return 0 if isinstance(state, dict) and "_num_yielded" in state else configured
 
 
 def _weights(policy) -> float:
