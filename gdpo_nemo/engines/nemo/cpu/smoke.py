@@ -184,9 +184,10 @@ def _data(c: dict, changes: list, notes: list, data: str) -> None:
     `data.num_workers` 0: a loader worker is a fork of the driver, which by then runs Ray's
     and gRPC's threads; a lock one of them held at the fork stays held in the child, and
     grpo_train's first batch never came (a tier run of a clean clone, 2026-11-30, hung
-    before step 1 in the loader's first `next`). The rows of a smoke run are a few dozen: reading them in the
-    driver costs nothing, and the order is the same (the sampler and its seed live in the
-    driver either way)."""
+    before step 1 in the loader's first `next`). The rows of a smoke run are a few dozen:
+    reading them in the driver costs nothing. torchdata shuffles them in another order than
+    with a worker, and the two kinds' states do not load into each other, so a run resumes
+    with the workers its checkpoint had (`train.saved_loader_workers`)."""
     _set(c, "data.num_workers", 0, changes)
     for split in ("train", "validation"):
         block = get_path(c, f"data.{split}")
