@@ -227,8 +227,8 @@ def other_ray():
 
 @pytest.fixture(scope="session")
 def local_ray(other_ray):
-    """A real local Ray of this process (no GPUs, 4 logical CPUs: NeMo RL's policy worker,
-    its initializer and our environment actors each hold one), started as the CPU path
+    """A real local Ray of this process (no GPUs, 4 logical CPUs: NeMo RL's policy worker
+    and our environment actors each hold one), started as the CPU path
     starts it (gdpo_nemo.engines.nemo.cpu.cluster: a private instance, RAY_ADDRESS naming
     it) while `other_ray` runs beside it; our package is importable in its workers."""
     if not INSIDE:

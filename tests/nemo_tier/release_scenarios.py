@@ -46,7 +46,16 @@ def _run(config: dict) -> dict:
 
     result = train_on_cpu(config, out=io.StringIO())
     return {"run_dir": str(result.run_dir), "timed_out": result.timed_out, "generate_calls": result.generate_calls,
-            "moved": result.weights_after != result.weights_before}
+            "moved": result.weights_after != result.weights_before, "initializers_in_driver": result.initializers_in_driver}
+
+
+def _actor_classes() -> dict:
+    """How many actors of each class this process's Ray made (live or dead: GCS's actor table)."""
+    from collections import Counter
+
+    from ray._private import state
+
+    return dict(Counter(actor["ActorClassName"] for actor in state.actors().values()))
 
 
 def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
@@ -67,6 +76,7 @@ def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
             seen["runs"][task] = _run(config)
         if resume is not None:
             seen["resumed"] = _run(rundir.read_config(resume))
+        seen["actors"] = _actor_classes()
     finally:
         cluster.stop_ray()
     return seen

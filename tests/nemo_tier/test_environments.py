@@ -75,14 +75,28 @@ def test_register_adds_our_environments_processors_and_actor_to_nemo_rl(register
     assert get_actor_python_env(ACTOR_FQN) == sys.executable  # PY_EXECUTABLES.SYSTEM: the driver's Python, no uv venv
 
 
+@pytest.fixture(scope="module")
+def task_rollouts(local_ray, registered, tokenizer, tiny_tokenizer_dir, tmp_path_factory):
+    """{task: (config, answers, batch, metrics)}: one rollout of a demonstration and a
+    non-answer per task, made when a test first asks for the task (each starts an environment
+    actor: a Ray process of its own)."""
+    made = {}
+
+    def rollout(task):
+        if task not in made:
+            config = small_config(task, tiny_tokenizer_dir, tmp_path_factory.mktemp(task) / "run")
+            answers = [demonstrations(task, config, 1)[0], WRONG]
+            made[task] = (config, answers, *_rollout(config, tokenizer, answers))
+        return made[task]
+
+    return rollout
+
+
 @pytest.mark.parametrize("task", list(TASK_RUNS))
-def test_nemo_rl_rollout_carries_each_reward_component_of_our_environment(task, local_ray, registered, tokenizer,
-                                                                         tiny_tokenizer_dir, tmp_path):
+def test_nemo_rl_rollout_carries_each_reward_component_of_our_environment(task, task_rollouts):
     from gdpo_nemo.engines.nemo.scoring import EnvSettings, RewardScorer, load_token_counter
 
-    config = small_config(task, tiny_tokenizer_dir, tmp_path / "run")
-    answers = [demonstrations(task, config, 1)[0], WRONG]
-    batch, _ = _rollout(config, tokenizer, answers)
+    config, answers, batch, _ = task_rollouts(task)
     env_block = config["env"][cc.ENV_NAMES[task]]
     settings = EnvSettings.from_config(env_block)
     scored = RewardScorer(settings, load_token_counter(settings.tokenizer)).score(
@@ -96,10 +110,8 @@ def test_nemo_rl_rollout_carries_each_reward_component_of_our_environment(task, 
     assert batch["total_reward"][0] > batch["total_reward"][1]  # the demonstration beats the non-answer
 
 
-def test_our_environment_adds_no_observation_tokens_to_the_training_sequence(local_ray, registered, tokenizer,
-                                                                           tiny_tokenizer_dir, tmp_path):
-    config = small_config("gsm8k", tiny_tokenizer_dir, tmp_path / "run")
-    batch, metrics = _rollout(config, tokenizer, [WRONG])
+def test_our_environment_adds_no_observation_tokens_to_the_training_sequence(task_rollouts):
+    _, _, batch, metrics = task_rollouts("gsm8k")  # the same rollout as the component test's
     environment_messages = [m for log in batch["message_log"] for m in log if m["role"] == "environment"]
     assert environment_messages and all(m["token_ids"].numel() == 0 for m in environment_messages)
     assert metrics["mean_env_tokens_per_sample"] == 0.0

@@ -90,6 +90,18 @@ def test_the_release_is_v070_and_every_hook_fits_it(release_runs):
     assert release["problems"] == []
 
 
+def test_each_release_run_starts_its_policy_worker_from_the_driver_not_from_an_initializer_actor(release_runs):
+    """As at the pin (cluster.workers_started_by_the_driver): the release's
+    IsolatedWorkerInitializer code runs in the driver, one policy worker per run, no
+    initializer actor (a process importing the worker's module, ~20 s of CPU each)."""
+    if release_runs is None:
+        return
+    runs = [*release_runs["runs"].values(), release_runs["resumed"]]
+    assert [run["initializers_in_driver"] for run in runs] == [1] * len(runs)
+    assert release_runs["actors"].get("IsolatedWorkerInitializer", 0) == 0, release_runs["actors"]
+    assert release_runs["actors"].get("CpuPolicyWorkerImpl") == len(runs), release_runs["actors"]
+
+
 @pytest.mark.parametrize("task", sorted(COMPONENTS))
 def test_every_task_trains_in_the_releases_grpo_train_with_its_rewards_per_step(release_runs, task):
     if release_runs is None:

@@ -127,11 +127,11 @@ def policy_cluster(name: str = "gdpo_cpu_policy"):
     )
 
 
-# The NeMo RL versions whose workers the driver starts (the pin, 0.6.0 development). With the
-# v0.7.0 release, its grpo_train then failed at its memory tracker's first GCS query ("Failed
-# to connect to GCS") in two release-tier runs (2026-11-29; a third timed out first; cause not
-# found yet), and passed with the release's own initializer actor: the release keeps it.
-DRIVER_START_VERSIONS = ("0.6.",)
+# The NeMo RL versions whose workers the driver starts: the pin (0.6.0 development) and the
+# v0.7.0 release. The release once kept its initializer actor: two of its runs failed at the
+# memory tracker's GCS query (2026-11-29), which was Ray's memory summary timing out on a loaded
+# machine at either version (train._tolerant_memory_tracker, since 0061f5a), not the driver start.
+DRIVER_START_VERSIONS = ("0.6.", "0.7.")
 
 
 class _InitializerInDriver:
