@@ -50,7 +50,7 @@ def _ours(item) -> bool:
 
 
 # The outer test that starts the inner run waits for all of it (the pin's tier and the
-# release's are two runs, about 12 and 7 minutes, longer on a loaded machine): pytest-timeout's 900 s per test
+# release's are two runs, about 15-20 and 6-11 minutes on this machine): pytest-timeout's 900 s per test
 # (pyproject.toml) killed that wait, and the next outer test started the whole inner run
 # again. Each inner test keeps the 900 s limit inside .venv-nemo.
 INNER_RUN_TIMEOUT_S = 3600

@@ -24,7 +24,7 @@ from release_scenarios import MATH, MATRIX
 from support import cpu_config
 
 # The module's fixture runs the killed run and then every task with the resume in one more
-# process (about 9 minutes idle, past 15 on a loaded machine): the first test's setup holds
+# process (about 6 minutes idle, 11 or more on a loaded machine): the first test's setup holds
 # all of it, so its limit is twice the tier's 900 s per test.
 pytestmark = pytest.mark.timeout(1800)
 
