@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import cpu_config  # noqa: E402
+from support import actor_classes, cpu_config  # noqa: E402
 
 # Every task once, each with another estimator (as tests/nemo_tier's MATRIX); math keeps
 # DAPO on with the early-stopping model so its groups vary.
@@ -49,15 +49,6 @@ def _run(config: dict) -> dict:
             "moved": result.weights_after != result.weights_before, "initializers_in_driver": result.initializers_in_driver}
 
 
-def _actor_classes() -> dict:
-    """How many actors of each class this process's Ray made (live or dead: GCS's actor table)."""
-    from collections import Counter
-
-    from ray._private import state
-
-    return dict(Counter(actor["ActorClassName"] for actor in state.actors().values()))
-
-
 def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
     from gdpo_nemo.engines.nemo.cpu import cluster
     from gdpo_nemo.engines.nemo.cpu.models import model_folder
@@ -76,7 +67,7 @@ def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
             seen["runs"][task] = _run(config)
         if resume is not None:
             seen["resumed"] = _run(rundir.read_config(resume))
-        seen["actors"] = _actor_classes()
+        seen["actors"] = actor_classes()
     finally:
         cluster.stop_ray()
     return seen

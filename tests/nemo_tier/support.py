@@ -175,3 +175,13 @@ def nemo_rl_advantages(run_dir: Path, step: int) -> list[float]:
         first = next((i for i, m in enumerate(mask) if m), None)
         values.append(None if first is None else float(advantages[first]))
     return values
+
+
+def actor_classes():
+    """How many actors of each class this process's Ray has made (live or dead: GCS's actor
+    table), as a Counter."""
+    from collections import Counter
+
+    from ray._private import state
+
+    return Counter(actor["ActorClassName"] for actor in state.actors().values())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from support import cpu_config, early_stopping_tiny, nemo_rl_advantages
+from support import actor_classes, cpu_config, early_stopping_tiny, nemo_rl_advantages
 
 # Each task with a different estimator: every task and every estimator once.
 MATRIX = {
@@ -100,7 +100,7 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
     if local_ray is None:
         return None
     runs = {}
-    before = _actor_classes()
+    before = actor_classes()
     for task, algo in MATRIX.items():
         run_dir = tmp_path_factory.mktemp(f"{task}_{algo}") / "run"
         overrides: tuple = ()
@@ -117,18 +117,11 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
         printed = io.StringIO()
         result = _train(config, out=printed)
         runs[task] = (config, result, printed.getvalue())
-    _MATRIX_ACTORS.update(_actor_classes() - before)
+    _MATRIX_ACTORS.update(actor_classes() - before)
     return runs
 
 
 _MATRIX_ACTORS: Counter = Counter()  # the Ray actors the matrix's runs made, by class
-
-
-def _actor_classes() -> Counter:
-    """How many actors of each class this Ray has made (live or dead: GCS's actor table)."""
-    from ray._private import state
-
-    return Counter(actor["ActorClassName"] for actor in state.actors().values())
 
 
 def test_each_run_starts_its_policy_worker_from_the_driver_not_from_an_initializer_actor(matrix_runs):

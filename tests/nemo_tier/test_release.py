@@ -96,10 +96,12 @@ def test_each_release_run_starts_its_policy_worker_from_the_driver_not_from_an_i
     initializer actor (a process importing the worker's module, ~20 s of CPU each)."""
     if release_runs is None:
         return
+    from gdpo_nemo.engines.nemo.cpu.worker import CpuPolicyWorkerImpl
+
     runs = [*release_runs["runs"].values(), release_runs["resumed"]]
     assert [run["initializers_in_driver"] for run in runs] == [1] * len(runs)
     assert release_runs["actors"].get("IsolatedWorkerInitializer", 0) == 0, release_runs["actors"]
-    assert release_runs["actors"].get("CpuPolicyWorkerImpl") == len(runs), release_runs["actors"]
+    assert release_runs["actors"].get(CpuPolicyWorkerImpl.__name__) == len(runs), release_runs["actors"]
 
 
 @pytest.mark.parametrize("task", sorted(COMPONENTS))
