@@ -57,16 +57,21 @@ def pytest_xdist_make_scheduler(config, log):
     """--dist loadgroup (scripts/test.sh) by folder. xdist's own loadgroup reads an
     "@<group>" that its xdist_group marker appends to `item._nodeid`, which pytest 9 no longer
     reads (the node id is `item._id`): every group was split over the workers, so the NeMo RL
-    tier's inner run and the Slurm journey ran once on each worker."""
+    tier's inner run and the Slurm journey ran once on each worker. Units go out longest first
+    (tests/support/groups.py's COST)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    from tests.support.groups import xdist_scope  # the outer run's (`tests` may be another package in .venv-nemo)
+    from tests.support.groups import longest_first, xdist_scope  # the outer run's (`tests` may be another package in .venv-nemo)
 
     class FolderGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            longest_first(self.workqueue)  # the next unit a worker gets is the longest left
+            super()._assign_work_unit(node)
 
     return FolderGroups(config, log)
 

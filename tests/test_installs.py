@@ -127,6 +127,7 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
 
         def send_runtest_some(self, indices):
             self.sent.extend(indices)
+            handed.append(xdist_scope(collection[indices[0]]))
 
         def shutdown(self):
             self.shutting_down = True
@@ -134,7 +135,9 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
     assert pytest_xdist_make_scheduler(Config("load"), None) is None  # other --dist modes: xdist's own
     collection = [f"tests/nemo_tier/test_{i % 3}.py::t{i}" for i in range(9)] + \
                  [f"tests/slurm/test_{i % 2}.py::t{i}" for i in range(6)] + [f"tests/test_x{i}.py::t" for i in range(12)] + \
-                 [f"tests/nemo_tier/test_release.py::t{i}" for i in range(3)] + [f"tests/test_many.py::t{i}" for i in range(4)]
+                 [f"tests/nemo_tier/test_release.py::t{i}" for i in range(3)] + [f"tests/test_many.py::t{i}" for i in range(4)] + \
+                 [f"tests/test_regeneration.py::t{i}" for i in range(2)]
+    handed: list = []  # the units in the order the scheduler sent them out
     scheduler = pytest_xdist_make_scheduler(Config("loadgroup"), None)
     workers = [Worker("gw0"), Worker("gw1")]
     for worker in workers:
@@ -156,3 +159,7 @@ def test_under_loadgroup_each_group_s_folder_runs_whole_on_one_xdist_worker():
         assert len({ran_on[n] for n in group}) == 1, (folder, ran_on)
     assert {ran_on[n] for n in collection[15:27]} == {"gw0", "gw1"}  # the rest is shared out, file by file
     assert len({ran_on[n] for n in collection if n.startswith("tests/test_many.py")}) == 1  # a file's tests on one worker
+    # Longest first (groups.COST): xdist's own order (most tests first) would send the
+    # regeneration run's two tests after every other file, to start while the other worker idles.
+    assert handed[:4] == ["nemo_tier", "slurm", "nemo_tier_release", "tests/test_regeneration.py"], handed
+    assert sorted(handed) == sorted({xdist_scope(n) for n in collection})  # each unit once
