@@ -295,47 +295,6 @@ _KILL_AFTER_FIRST_CHECKPOINT = textwrap.dedent("""
 """)
 
 
-def test_a_run_killed_after_step_1_and_resumed_gives_the_uninterrupted_step_2(matrix_runs, stopper, tmp_path):
-    from gdpo_nemo import config as cc
-    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
-    from gdpo_nemo.runs import rundir
-
-    run_dir = tmp_path / "killed"
-    # the same run as the matrix's math run, but killed after its first checkpoint
-    config = cpu_config("math", MATRIX["math"], run_dir, stopper, tiny=False, compose=LENGTH_LIMIT, steps=3,
-                        generations=MOVING_GENERATIONS, overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
-    source = tmp_path / "run.yaml"
-    source.write_text(cc.dump(config))
-    ray_tmp = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "killed"
-    ray_tmp.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT, str(source), "--model", str(stopper),
-               "--run-dir", str(run_dir), "--steps", "3", "--generations", str(MOVING_GENERATIONS), "--max-new-tokens", "32",
-               "--data", "offline"]
-    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, start_new_session=True, timeout=600)
-    assert done.returncode == -signal.SIGKILL, done.stdout[-3000:] + done.stderr[-3000:]
-    assert [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")] == [1]
-    assert not (run_dir / "train_data_step2.jsonl").exists()
-    assert not any(run_dir.glob("*/step_2")) and not any(run_dir.glob("checkpoints/*step_2"))
-
-    resumed = _train(rundir.read_config(run_dir))
-    _, uninterrupted, _ = matrix_runs["math"]
-    assert resumed.run_dir == run_dir.resolve()
-    mine, theirs = ({r["step"]: r for r in rundir.read_metrics(d)} for d in (run_dir, uninterrupted.run_dir))
-    # Step 1's record is written before its checkpoint becomes the one to resume from
-    # (defer_finalization): the kill right after that rename never takes the record with it.
-    assert sorted(mine) == [1, 2, 3]
-    for step in (2, 3):
-        for key in ("train/loss", "train/reward/length", "train/reward/correctness", "validation/reward/length",
-                    "train/grad_norm", "train/kl_penalty"):
-            assert mine[step][key] == pytest.approx(theirs[step][key], rel=1e-5, abs=1e-7), (step, key)
-        ours, reference = read_advantages(run_dir)[step], read_advantages(uninterrupted.run_dir)[step]
-        assert ours["components"] == reference["components"]
-        assert ours["advantages"] == pytest.approx(reference["advantages"])
-    assert max(abs(a) for a in read_advantages(run_dir)[2]["advantages"]) > 0.1  # a step that trained
-
-
 def test_the_cpu_path_reads_batches_in_the_driver_and_a_run_checkpointed_with_a_loader_worker_resumes_with_it(
         matrix_runs, tmp_path):
     """data.num_workers 0 on the CPU path (a loader worker is a fork of a driver running Ray's
@@ -393,62 +352,104 @@ _FAIL_INSIDE_LAST_STEP = textwrap.dedent("""
 """)
 
 
-def test_a_job_failing_inside_its_last_step_in_a_users_shell_is_no_finished_seed_in_any_source(tiny_dir, tmp_path):
-    """`gdpo-nemo nemo-smoke --wandb` as a user's shell runs it (no W&B key, no WANDB_MODE, an
-    empty HOME): W&B runs offline instead of asking for a login. The job is sent SIGTERM inside
-    its last step, after Ray's driver connected: our handler (reclaimed from Ray) ends it with
-    exit code 143 through every `finally`, so its partial step is not a step in metrics.jsonl,
-    its W&B run ends failed, FAILED names why, and the report calls it crashed from the run dir
-    and from the W&B files alone."""
-    if tiny_dir is None:
+def _users_shell(tmp_path: Path, name: str) -> dict:
+    """A user's shell: no W&B key or mode, an empty HOME (no netrc), no RAY_ADDRESS; a Ray
+    temp dir of the job's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "RAY_ADDRESS"}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), RAY_TMPDIR=str(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / name))
+    Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def test_a_job_killed_after_its_first_checkpoint_resumes_to_the_uninterrupted_step_and_a_failed_last_step_is_no_finished_seed(
+        matrix_runs, stopper, tmp_path):
+    """The matrix's math run as a user's shell runs it twice, `gdpo-nemo nemo-smoke --wandb`
+    (no W&B key, no WANDB_MODE, an empty HOME: W&B runs offline instead of asking for a login):
+
+    1. SIGKILLed (the whole process group) right after step 1's checkpoint becomes the one to
+       resume from. Step 1's record was written before that (defer_finalization): the kill
+       never takes it with it.
+    2. Resumed by the same command, it gives the uninterrupted run's step 2, and is sent SIGTERM
+       inside its last step, after Ray's driver connected: our handler (reclaimed from Ray)
+       ends it with exit code 143 through every `finally`, so its partial step is not a step in
+       metrics.jsonl, its W&B run ends failed, FAILED names why, and the report calls the run
+       crashed from the run dir and from the two jobs' W&B files alone."""
+    if matrix_runs is None:
         return
     from gdpo_nemo import config as cc
     from gdpo_nemo.analysis.frame import assemble
     from gdpo_nemo.analysis.sources import read_run_dir
     from gdpo_nemo.analysis.tables import incomplete_runs
-    from gdpo_nemo.analysis.wandb_offline import find_offline_runs, read_offline_run
+    from gdpo_nemo.analysis.wandb_offline import chain_requeued_jobs, find_offline_runs, read_offline_run
+    from gdpo_nemo.engines.nemo.cpu.report import read_advantages
     from gdpo_nemo.runs import rundir
+    from support import TASK_RUNS
 
-    run_dir = tmp_path / "runs" / "failing"
-    source = tmp_path / "run.yaml"
-    source.write_text(cc.dump(cc.compose("gsm8k", "qwen2.5-1.5b-instruct", "gdpo", cluster="nemo_1n1g", seed=0)))
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "RAY_ADDRESS"}
-    env.update(HOME=str(home), RAY_TMPDIR=str(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "failing"))
-    Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-c", _FAIL_INSIDE_LAST_STEP, "2", str(source), "--model", "tiny",
-                           "--run-dir", str(run_dir), "--steps", "2", "--wandb", "--data", "offline"],
-                          env=env, capture_output=True, text=True, start_new_session=True, timeout=600)
+    run_dir = tmp_path / "runs" / "killed"
+    source = tmp_path / "run.yaml"  # the composed config a user has (W&B on), cut down by the command
+    option, model = TASK_RUNS["math"]
+    source.write_text(cc.dump(cc.compose(option, model, MATRIX["math"], cluster="nemo_1n1g", seed=0, overrides=list(LENGTH_LIMIT))))
+    command = [str(source), "checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1", "--model", str(stopper),
+               "--run-dir", str(run_dir), "--steps", "3", "--generations", str(MOVING_GENERATIONS), "--max-new-tokens", "32",
+               "--data", "offline", "--wandb"]
+    env = _users_shell(tmp_path, "killed")
+    done = subprocess.run([sys.executable, "-c", _KILL_AFTER_FIRST_CHECKPOINT, *command], env=env, capture_output=True,
+                          text=True, start_new_session=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")] == [1]
+    assert [r["step"] for r in rundir.read_metrics(run_dir)] == [1]  # the record outlived the kill
+    assert not (run_dir / "train_data_step2.jsonl").exists()
+
+    done = subprocess.run([sys.executable, "-c", _FAIL_INSIDE_LAST_STEP, "3", *command, "--resume"], env=env,
+                          capture_output=True, text=True, start_new_session=True, timeout=600)
     printed = done.stdout + done.stderr
     assert done.returncode == 128 + signal.SIGTERM, printed[-3000:]
     assert "No API key" not in printed and "W&B: offline run under" in printed
-    # metrics.jsonl: step 1, not the half of step 2
-    assert [r["step"] for r in rundir.read_metrics(run_dir)] == [1]
-    assert "metrics.jsonl: step 2 did not finish" in (run_dir / "nemo_rl.log").read_text()  # NeMo RL's own output
+    # metrics.jsonl: steps 1 and 2, not the half of step 3
+    mine = {r["step"]: r for r in rundir.read_metrics(run_dir)}
+    assert sorted(mine) == [1, 2]
+    assert "metrics.jsonl: step 3 did not finish" in (run_dir / "nemo_rl.log").read_text()  # NeMo RL's own output
     assert not rundir.done_path(run_dir).exists()
     assert rundir.read_failed(run_dir)["error"] == "SystemExit: 143"
-    # provenance names what ran: NeMo RL's version, the CPU path's generation (not the config's vLLM)
+    # the resumed step is the uninterrupted run's
+    _, uninterrupted, _ = matrix_runs["math"]
+    theirs = {r["step"]: r for r in rundir.read_metrics(uninterrupted.run_dir)}
+    for key in ("train/loss", "train/reward/length", "train/reward/correctness", "validation/reward/length",
+                "train/grad_norm", "train/kl_penalty"):
+        assert mine[2][key] == pytest.approx(theirs[2][key], rel=1e-5, abs=1e-7), key
+    ours, reference = read_advantages(run_dir)[2], read_advantages(uninterrupted.run_dir)[2]
+    assert ours["components"] == reference["components"]
+    assert ours["advantages"] == pytest.approx(reference["advantages"])
+    assert max(abs(a) for a in ours["advantages"]) > 0.1  # a step that trained
+    # provenance names what ran, at each job: NeMo RL's version, the CPU path's generation (not the config's vLLM)
     import nemo_rl
     from gdpo_nemo.engines.nemo.cpu.train import CPU_GENERATION
     from gdpo_nemo.runs import provenance
 
-    [record] = provenance.read(run_dir)
-    # .nemo-rl/nemo-rl is an unpacked archive inside this checkout: NeMo RL's "+<sha>" names the
-    # checkout's commit, not NeMo RL's, and is left out, as is a commit
-    assert record["libraries"]["nemo_rl"] == nemo_rl.__version__.split("+", 1)[0] == "0.6.0"
-    assert "nemo_rl_commit" not in record["libraries"]
-    assert record["numerics"]["generation_backend"] == CPU_GENERATION
-    # the W&B run: offline files in the run dir, ended as failed
-    [wandb_run] = find_offline_runs(run_dir)
-    log = read_offline_run(wandb_run)
-    assert log.status == "crashed" and 1 in log.rows
-    # the report, from the run dir and from the W&B files alone
-    for logs in (read_run_dir(run_dir, []), [log]):
+    records = provenance.read(run_dir)
+    assert records
+    for record in records:
+        # .nemo-rl/nemo-rl is an unpacked archive inside this checkout: NeMo RL's "+<sha>" names the
+        # checkout's commit, not NeMo RL's, and is left out, as is a commit
+        assert record["libraries"]["nemo_rl"] == nemo_rl.__version__.split("+", 1)[0] == "0.6.0"
+        assert "nemo_rl_commit" not in record["libraries"]
+        assert record["numerics"]["generation_backend"] == CPU_GENERATION
+    # W&B: one offline run per job in the run dir (the killed one unfinished), joined; the last
+    # one ended failed. Its rows hold what was logged of step 3 too: the report decides.
+    jobs = find_offline_runs(run_dir)
+    assert [read_offline_run(job).status for job in jobs] == ["unfinished", "crashed"], jobs
+    [log] = chain_requeued_jobs([read_offline_run(job) for job in jobs])
+    assert log.status == "crashed" and {1, 2} <= set(log.rows)
+    # the report, from the run dir and from the W&B files alone: crashed, not a finished seed.
+    # W&B's last step may be the failed one: NeMo RL's Logger calls W&B first, which commits the
+    # step's row at its last call, before TensorBoard's (where this job failed).
+    for logs, last in ((read_run_dir(run_dir, []), 2), ([log], max(log.rows))):
         dataset = assemble(logs)
         [status] = dataset.runs["status"]
         assert status == "crashed", logs
-        assert list(incomplete_runs(dataset).values()) == [f"crashed at step {int(dataset.runs['last_step'][0])} of 2"]
+        assert list(incomplete_runs(dataset).values()) == [f"crashed at step {last} of 3"]
 
 
 def test_dynamic_sampling_stops_at_its_configured_limit(matrix_runs):
