@@ -20,8 +20,9 @@ from __future__ import annotations
 GROUPS = ("nemo_tier", "slurm")
 APART = {"tests/nemo_tier/test_release.py": "nemo_tier_release"}
 # Seconds of test time per unit, measured idle (2026-12-02, `--durations=0` of the whole suite on
-# two workers): the order units are handed out in, longest first. A rough figure is enough; a
-# unit not named here goes after these, in xdist's own order.
+# two workers, before that day's merged kill test and shorter regeneration warm start): the order
+# units are handed out in, longest first. A rough figure is enough; a unit not named here goes
+# after these, in xdist's own order.
 COST = {
     "nemo_tier": 768, "slurm": 451, "nemo_tier_release": 356, "tests/test_regeneration.py": 241,
     "tests/test_local_engine.py": 97, "tests/test_provenance.py": 91, "tests/test_eval_bfcl.py": 91,
