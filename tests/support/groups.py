@@ -4,7 +4,7 @@ Tests that share one expensive thing run on one worker, in collection order: the
 is an inner pytest run in .venv-nemo whose results its tests report (tests/nemo_tier/conftest.py),
 and the Slurm tests share the one-node cluster's two CPUs. A group is named by its folder under
 tests/. The tier's release tests (NeMo RL v0.7.0, another source on PYTHONPATH) are an inner run
-of their own, so a group of their own: the two inner runs (about 13 and 6 minutes idle) take one worker
+of their own, so a group of their own: the two inner runs (about 9.5 and 6 minutes idle) take one worker
 each instead of running one after the other on the same worker. Every other test runs with the
 rest of its file: a file's module-scoped fixture (a smoke study, a regenerated run) is then made
 once, not once on each worker that drew one of its tests.
@@ -19,15 +19,14 @@ from __future__ import annotations
 
 GROUPS = ("nemo_tier", "slurm")
 APART = {"tests/nemo_tier/test_release.py": "nemo_tier_release"}
-# Seconds of test time per unit, measured idle (2026-12-02, `--durations=0` of the whole suite on
-# two workers, before that day's merged kill test and shorter regeneration warm start): the order
-# units are handed out in, longest first. A rough figure is enough; a unit not named here goes
-# after these, in xdist's own order.
+# Seconds of test time per unit, from the clean clone's idle run of 2026-12-02 (c4b2c52,
+# `--durations=0`, two workers): the order units are handed out in, longest first. A rough
+# figure is enough; a unit not named here goes after these, in xdist's own order.
 COST = {
-    "nemo_tier": 768, "slurm": 451, "nemo_tier_release": 356, "tests/test_regeneration.py": 241,
-    "tests/test_local_engine.py": 97, "tests/test_provenance.py": 91, "tests/test_eval_bfcl.py": 91,
-    "tests/test_gpu_study.py": 76, "tests/test_run_dir_safety.py": 73, "tests/test_cpu_study.py": 70,
-    "tests/test_eval.py": 65, "tests/test_tension_study.py": 58, "tests/test_estimator_properties.py": 53,
+    "nemo_tier": 566, "slurm": 364, "nemo_tier_release": 357, "tests/test_regeneration.py": 209,
+    "tests/test_eval_bfcl.py": 133, "tests/test_run_dir_safety.py": 123, "tests/test_local_engine.py": 86,
+    "tests/test_gpu_study.py": 80, "tests/test_tension_study.py": 67, "tests/test_eval.py": 66,
+    "tests/test_cpu_study.py": 57, "tests/test_estimator_properties.py": 53, "tests/test_provenance.py": 50,
 }
 
 
