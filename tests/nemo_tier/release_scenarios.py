@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import actor_classes, cpu_config  # noqa: E402
+from support import MATH_CHECKPOINTING, actor_classes, cpu_config  # noqa: E402
 
 # Every task once, each with another estimator (as tests/nemo_tier's MATRIX); math keeps
 # DAPO on with the early-stopping model so its groups vary.
 MATRIX = {"gsm8k": "gdpo", "toolcall": "grpo", "code": "grpo_no_std", "math": "gdpo_no_bn"}
 MATH = dict(compose=("gdpo.length_limit=10",), steps=3, generations=8,
-            overrides=("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1"))
+            overrides=MATH_CHECKPOINTING)
 
 
 def _nemo_rl() -> dict:

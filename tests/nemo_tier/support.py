@@ -24,6 +24,11 @@ TASK_RUNS = {
 }
 
 
+# The math run that moves (the pin's and the release's matrix, the killed job): rank checkpoints
+# by the length reward and keep the best one.
+MATH_CHECKPOINTING = ("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1")
+
+
 def small_config(task: str, tokenizer_dir: str, run_dir: Path, *, algo: str = "gdpo", rows: int = 2,
                  generations: int = 2, extra: tuple[str, ...] = ()) -> dict:
     """A composed nemo-engine run config of `task` sized for a CPU: offline data of `rows`

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from support import actor_classes, cpu_config, early_stopping_tiny, nemo_rl_advantages
+from support import MATH_CHECKPOINTING, actor_classes, cpu_config, early_stopping_tiny, nemo_rl_advantages
 
 # Each task with a different estimator: every task and every estimator once.
 MATRIX = {
@@ -111,7 +111,7 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
                          "data.train.source=file", "data.validation.source=file", "data.shuffle=false")
         if task == "math":  # the run that moves: keep DAPO on, rank checkpoints by the length reward
             model, tiny, compose = stopper, False, LENGTH_LIMIT
-            overrides = ("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1")
+            overrides = MATH_CHECKPOINTING
         config = cpu_config(task, algo, run_dir, model, tiny=tiny, compose=compose, overrides=overrides,
                             steps=3 if task == "math" else 2, generations=MOVING_GENERATIONS if task == "math" else 2)
         printed = io.StringIO()
@@ -391,7 +391,7 @@ def test_a_job_killed_after_its_first_checkpoint_resumes_to_the_uninterrupted_st
     source = tmp_path / "run.yaml"  # the composed config a user has (W&B on), cut down by the command
     option, model = TASK_RUNS["math"]
     source.write_text(cc.dump(cc.compose(option, model, MATRIX["math"], cluster="nemo_1n1g", seed=0, overrides=list(LENGTH_LIMIT))))
-    command = [str(source), "checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1", "--model", str(stopper),
+    command = [str(source), *MATH_CHECKPOINTING, "--model", str(stopper),
                "--run-dir", str(run_dir), "--steps", "3", "--generations", str(MOVING_GENERATIONS), "--max-new-tokens", "32",
                "--data", "offline", "--wandb"]
     env = _users_shell(tmp_path, "killed")
@@ -401,6 +401,7 @@ def test_a_job_killed_after_its_first_checkpoint_resumes_to_the_uninterrupted_st
     assert [s for s, _ in rundir.checkpoint_steps(run_dir / "checkpoints")] == [1]
     assert [r["step"] for r in rundir.read_metrics(run_dir)] == [1]  # the record outlived the kill
     assert not (run_dir / "train_data_step2.jsonl").exists()
+    assert not any(run_dir.glob("*/step_2")) and not any(run_dir.glob("checkpoints/*step_2"))
 
     done = subprocess.run([sys.executable, "-c", _FAIL_INSIDE_LAST_STEP, "3", *command, "--resume"], env=env,
                           capture_output=True, text=True, start_new_session=True, timeout=600)
@@ -438,9 +439,9 @@ def test_a_job_killed_after_its_first_checkpoint_resumes_to_the_uninterrupted_st
         assert record["numerics"]["generation_backend"] == CPU_GENERATION
     # W&B: one offline run per job in the run dir (the killed one unfinished), joined; the last
     # one ended failed. Its rows hold what was logged of step 3 too: the report decides.
-    jobs = find_offline_runs(run_dir)
-    assert [read_offline_run(job).status for job in jobs] == ["unfinished", "crashed"], jobs
-    [log] = chain_requeued_jobs([read_offline_run(job) for job in jobs])
+    jobs = [read_offline_run(job) for job in find_offline_runs(run_dir)]
+    assert [job.status for job in jobs] == ["unfinished", "crashed"], [job.path for job in jobs]
+    [log] = chain_requeued_jobs(jobs)
     assert log.status == "crashed" and {1, 2} <= set(log.rows)
     # the report, from the run dir and from the W&B files alone: crashed, not a finished seed.
     # W&B's last step may be the failed one: NeMo RL's Logger calls W&B first, which commits the
