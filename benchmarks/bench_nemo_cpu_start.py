@@ -1,16 +1,20 @@
 """CPU seconds of one NeMo RL run on the CPU path: ours against NeMo RL's own worker start.
 
-NeMo RL starts each policy worker through an IsolatedWorkerInitializer actor, a process that
-imports the worker's module only to start it; the CPU path runs that initializer's code in
-the driver (gdpo_nemo.engines.nemo.cpu.cluster.workers_started_by_the_driver). This runs
-`gdpo-nemo nemo-smoke CONFIG --steps 2 --data offline` (builtin:tiny) both ways, interleaved,
-and counts the CPU of every process of each run (driver, Ray's processes, workers, actors)
-in a cgroup of its own (cgroup v1 cpuacct or v2 cpu.stat; needs the right to make one):
+NeMo RL starts each policy worker as a Ray actor (a Python process that imports torch,
+transformers and NeMo RL's worker modules again), through an IsolatedWorkerInitializer actor
+(another process that imports the worker's module only to start it). The CPU path runs the
+initializer's code in the driver (gdpo_nemo.engines.nemo.cpu.cluster.workers_started_by_the_driver)
+and makes the one worker in the driver too (gdpo_nemo.engines.nemo.cpu.driver_worker). This
+runs `gdpo-nemo nemo-smoke CONFIG --steps 2 --data offline` (builtin:tiny) ours and the
+peer's way, interleaved, and counts the CPU of every process of each run (driver, Ray's
+processes, workers, actors) in a cgroup of its own (cgroup v1 cpuacct or v2 cpu.stat; needs
+the right to make one):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_nemo_cpu_start.py [--pairs 3] [--task gsm8k]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_nemo_cpu_start.py [--pairs 3] [--task gsm8k] [--peer actor]
 
-The peer ("NeMo RL's initializer actor") is the same command with the driver-side start
-turned off in that process. Wall seconds depend on the machine's load; CPU seconds much less.
+`--peer actor` (default): the worker as NeMo RL's Ray actor (``GDPO_NEMO_CPU_WORKER=actor``),
+its initializer still in the driver. `--peer initializer`: NeMo RL's own start, the
+initializer actor too. Wall seconds depend on the machine's load; CPU seconds much less.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 NEMO_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
 MODELS = {"gsm8k": "qwen2.5-1.5b-instruct", "toolcall": "qwen2.5-1.5b-instruct", "math": "r1-distill-qwen-1.5b"}
 # The same command, with NeMo RL's own IsolatedWorkerInitializer actor starting the worker.
-PEER = ("import contextlib, sys\n"
+INITIALIZER_PEER = ("import contextlib, sys\n"
         "from gdpo_nemo.engines.nemo.cpu import cluster\n"
         "cluster.workers_started_by_the_driver = contextlib.nullcontext\n"
         "from gdpo_nemo.cli import main\n"
@@ -57,9 +61,10 @@ class CpuCgroup:
             pass
 
 
-def run(code: str, config: Path, run_dir: Path, cgroup: CpuCgroup) -> tuple[float, float]:
-    """(wall s, CPU s) of one nemo-smoke run, every process it starts inside `cgroup`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def run(code: str, config: Path, run_dir: Path, cgroup: CpuCgroup, worker: str) -> tuple[float, float]:
+    """(wall s, CPU s) of one nemo-smoke run, every process it starts inside `cgroup`;
+    `worker`: where the policy worker runs ("driver" or "actor")."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "GDPO_NEMO_CPU_WORKER": worker}
     env.pop("RAY_ADDRESS", None)
     command = [str(NEMO_PYTHON), "-c", code, "nemo-smoke", str(config), "--steps", "2", "--run-dir", str(run_dir),
                "--data", "offline"]
@@ -77,6 +82,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="interleaved runs of each (default 3)")
     parser.add_argument("--task", choices=sorted(MODELS), default="gsm8k")
+    parser.add_argument("--peer", choices=("actor", "initializer"), default="actor",
+                        help="actor: the worker as NeMo RL's Ray actor; initializer: its initializer actor too")
     args = parser.parse_args(argv)
     if not NEMO_PYTHON.is_file():
         raise SystemExit(f"{NEMO_PYTHON}: run scripts/setup_nemo.sh first")
@@ -86,12 +93,15 @@ def main(argv=None) -> int:
         subprocess.run([str(NEMO_PYTHON), "-m", "gdpo_nemo.cli", "config", "show", f"task={args.task}",
                         f"model={MODELS[args.task]}", "algo=gdpo", "cluster=nemo_1n1g", "-o", str(config)],
                        check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-        rows = {"NeMo RL's initializer actor (peer)": [], "ours: started from the driver": []}
+        peer = ("the worker a Ray actor (peer)" if args.peer == "actor" else "NeMo RL's initializer actor (peer)",
+                OURS if args.peer == "actor" else INITIALIZER_PEER)
+        rows = {peer[0]: [], "ours: the worker in the driver": []}
         for pair in range(args.pairs):
-            for (name, times), code in zip(rows.items(), (PEER, OURS)):
-                cgroup = CpuCgroup(f"bench-nemo-cpu-start-{os.getpid()}-{pair}-{len(times)}-{code is OURS}")
+            for (name, times), code, worker in zip(rows.items(), (peer[1], OURS), ("actor", "driver")):
+                mine = worker == "driver"
+                cgroup = CpuCgroup(f"bench-nemo-cpu-start-{os.getpid()}-{pair}-{len(times)}-{mine}")
                 try:
-                    times.append(run(code, config, temp / f"run{pair}{code is OURS}", cgroup))
+                    times.append(run(code, config, temp / f"run{pair}{mine}", cgroup, worker))
                 finally:
                     cgroup.remove()
                 load = os.getloadavg()[0]

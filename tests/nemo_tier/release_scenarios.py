@@ -8,9 +8,9 @@ dependency pins fit it, and this process imports the release, not the pin.
     python tests/nemo_tier/release_scenarios.py matrix OUT MODEL [RUN_DIR]
 
 `killed` runs the math run until a SIGKILL right after step 1's checkpoint; `matrix` trains
-every task once (math with DAPO on the early-stopping MODEL), then resumes RUN_DIR (the killed
-run) in the same process and Ray: one NeMo RL start-up (imports, Ray) fewer than a process of
-its own. `matrix` writes what it saw as JSON to stdout's last line.
+every task once (math with DAPO on the early-stopping MODEL, its policy worker a Ray actor,
+the others' made in the driver), then resumes RUN_DIR (the killed run) in the same process and
+Ray: one NeMo RL start-up (imports, Ray) fewer than a process of its own. `matrix` writes what it saw as JSON to stdout's last line.
 """
 
 from __future__ import annotations
@@ -41,12 +41,18 @@ def _nemo_rl() -> dict:
     return {"version": nemo_rl.__version__, "file": nemo_rl.__file__, "problems": interface_problems()}
 
 
-def _run(config: dict) -> dict:
+# The run whose policy worker is NeMo RL's Ray actor (the others' are made in the driver):
+# the killed and resumed run (its worker in the driver) must give its numbers.
+ACTOR_RUN = "math"
+
+
+def _run(config: dict, worker: str | None = None) -> dict:
     from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
 
-    result = train_on_cpu(config, out=io.StringIO())
+    result = train_on_cpu(config, out=io.StringIO(), worker=worker)
     return {"run_dir": str(result.run_dir), "timed_out": result.timed_out, "generate_calls": result.generate_calls,
-            "moved": result.weights_after != result.weights_before, "initializers_in_driver": result.initializers_in_driver}
+            "moved": result.weights_after != result.weights_before, "initializers_in_driver": result.initializers_in_driver,
+            "worker": result.worker}
 
 
 def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
@@ -64,7 +70,7 @@ def matrix(out: Path, stopper: Path, resume: Path | None = None) -> dict:
                 config = cpu_config(task, algo, run_dir, stopper, tiny=False, **MATH)
             else:
                 config = cpu_config(task, algo, run_dir, tiny, tiny=True, steps=2)
-            seen["runs"][task] = _run(config)
+            seen["runs"][task] = _run(config, worker="actor" if task == ACTOR_RUN else None)
         if resume is not None:
             seen["resumed"] = _run(rundir.read_config(resume))
         seen["actors"] = actor_classes()

@@ -53,10 +53,16 @@ LENGTH_LIMIT = ("gdpo.length_limit=10",)  # early_stopping_tiny's answers stradd
 MOVING_GENERATIONS = 8
 
 
-def _train(config, out=None):
+def _train(config, out=None, worker=None):
     from gdpo_nemo.engines.nemo.cpu.train import train_on_cpu
 
-    return train_on_cpu(config, out=out)
+    return train_on_cpu(config, out=out, worker=worker)
+
+
+# The matrix run whose policy worker is NeMo RL's Ray actor, a process of its own (the others'
+# are made in the driver, gdpo_nemo.engines.nemo.cpu.driver_worker): the math run, which the
+# killed and resumed job (its worker in the driver) must reproduce step for step.
+ACTOR_RUN = "math"
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +121,7 @@ def matrix_runs(local_ray, tiny_dir, stopper, tmp_path_factory):
         config = cpu_config(task, algo, run_dir, model, tiny=tiny, compose=compose, overrides=overrides,
                             steps=3 if task == "math" else 2, generations=MOVING_GENERATIONS if task == "math" else 2)
         printed = io.StringIO()
-        result = _train(config, out=printed)
+        result = _train(config, out=printed, worker="actor" if task == ACTOR_RUN else None)
         runs[task] = (config, result, printed.getvalue())
     _MATRIX_ACTORS.update(actor_classes() - before)
     return runs
@@ -128,14 +134,24 @@ def test_each_run_starts_its_policy_worker_from_the_driver_not_from_an_initializ
     """NeMo RL makes each worker through an IsolatedWorkerInitializer actor (a process that
     imports the worker's module, about 20 s of CPU); the CPU path runs that initializer's code
     in the driver (gdpo_nemo.engines.nemo.cpu.cluster.workers_started_by_the_driver): one
-    policy worker per run, and no initializer actor, and every run above trained."""
+    policy worker per run, and no initializer actor. The worker itself is made in the driver
+    too (driver_worker: no Ray actor), except in ACTOR_RUN, NeMo RL's own Ray actor; every run
+    released its worker and the process group its start made."""
     if matrix_runs is None:
         return
-    assert [result.initializers_in_driver for _, result, _ in matrix_runs.values()] == [1] * len(MATRIX)
-    assert _MATRIX_ACTORS["IsolatedWorkerInitializer"] == 0, _MATRIX_ACTORS
+    import torch.distributed as dist
+
+    from gdpo_nemo.engines.nemo.cpu import driver_worker
     from gdpo_nemo.engines.nemo.cpu.worker import CpuPolicyWorkerImpl
 
-    assert _MATRIX_ACTORS[CpuPolicyWorkerImpl.__name__] == len(MATRIX), _MATRIX_ACTORS
+    assert [result.initializers_in_driver for _, result, _ in matrix_runs.values()] == [1] * len(MATRIX)
+    assert _MATRIX_ACTORS["IsolatedWorkerInitializer"] == 0, _MATRIX_ACTORS
+    assert {task: result.worker for task, (_, result, _) in matrix_runs.items()} == {
+        task: "actor" if task == ACTOR_RUN else "driver" for task in MATRIX}
+    assert _MATRIX_ACTORS[CpuPolicyWorkerImpl.__name__] == 1, _MATRIX_ACTORS
+    assert driver_worker.live_workers() == [] and not dist.is_initialized()
+    for _, result, _ in matrix_runs.values():  # the worker's patches, asked of the worker wherever it ran
+        assert any(line.startswith("torch.distributed.init_process_group") for line in result.device_patches)
 
 
 @pytest.mark.parametrize("task", sorted(MATRIX))
@@ -414,16 +430,20 @@ def test_a_job_killed_after_its_first_checkpoint_resumes_to_the_uninterrupted_st
     assert "metrics.jsonl: step 3 did not finish" in (run_dir / "nemo_rl.log").read_text()  # NeMo RL's own output
     assert not rundir.done_path(run_dir).exists()
     assert rundir.read_failed(run_dir)["error"] == "SystemExit: 143"
-    # the resumed step is the uninterrupted run's
+    # the killed job's step 1 and the resumed step 2 are the uninterrupted run's: these jobs'
+    # policy worker ran in the driver, the uninterrupted run's in a Ray actor (ACTOR_RUN), so
+    # this also holds the in-driver worker to the actor's numbers and the driver's shuffle
     _, uninterrupted, _ = matrix_runs["math"]
+    assert uninterrupted.worker == "actor"
     theirs = {r["step"]: r for r in rundir.read_metrics(uninterrupted.run_dir)}
-    for key in ("train/loss", "train/reward/length", "train/reward/correctness", "validation/reward/length",
-                "train/grad_norm", "train/kl_penalty"):
-        assert mine[2][key] == pytest.approx(theirs[2][key], rel=1e-5, abs=1e-7), key
-    ours, reference = read_advantages(run_dir)[2], read_advantages(uninterrupted.run_dir)[2]
-    assert ours["components"] == reference["components"]
-    assert ours["advantages"] == pytest.approx(reference["advantages"])
-    assert max(abs(a) for a in ours["advantages"]) > 0.1  # a step that trained
+    for step in (1, 2):
+        for key in ("train/loss", "train/reward/length", "train/reward/correctness", "validation/reward/length",
+                    "train/grad_norm", "train/kl_penalty"):
+            assert mine[step][key] == pytest.approx(theirs[step][key], rel=1e-5, abs=1e-7), (step, key)
+        ours, reference = read_advantages(run_dir)[step], read_advantages(uninterrupted.run_dir)[step]
+        assert ours["components"] == reference["components"], step
+        assert ours["advantages"] == pytest.approx(reference["advantages"]), step
+    assert max(abs(a) for a in ours["advantages"]) > 0.1  # step 2 trained
     # provenance names what ran, at each job: NeMo RL's version, the CPU path's generation (not the config's vLLM)
     import nemo_rl
     from gdpo_nemo.engines.nemo.cpu.train import CPU_GENERATION

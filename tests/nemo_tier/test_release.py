@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from release_scenarios import MATH, MATRIX
+from release_scenarios import ACTOR_RUN, MATH, MATRIX
 from support import cpu_config
 
 # The module's fixture runs the killed run and then every task with the resume in one more
@@ -93,7 +93,9 @@ def test_the_release_is_v070_and_every_hook_fits_it(release_runs):
 def test_each_release_run_starts_its_policy_worker_from_the_driver_not_from_an_initializer_actor(release_runs):
     """As at the pin (cluster.workers_started_by_the_driver): the release's
     IsolatedWorkerInitializer code runs in the driver, one policy worker per run, no
-    initializer actor (a process importing the worker's module, ~20 s of CPU each)."""
+    initializer actor (a process importing the worker's module, ~20 s of CPU each). The
+    worker is made in the driver too (driver_worker), but for ACTOR_RUN's: the release's Ray
+    actor, whose numbers the killed and resumed run reproduces."""
     if release_runs is None:
         return
     from gdpo_nemo.engines.nemo.cpu.worker import CpuPolicyWorkerImpl
@@ -101,7 +103,10 @@ def test_each_release_run_starts_its_policy_worker_from_the_driver_not_from_an_i
     runs = [*release_runs["runs"].values(), release_runs["resumed"]]
     assert [run["initializers_in_driver"] for run in runs] == [1] * len(runs)
     assert release_runs["actors"].get("IsolatedWorkerInitializer", 0) == 0, release_runs["actors"]
-    assert release_runs["actors"].get(CpuPolicyWorkerImpl.__name__) == len(runs), release_runs["actors"]
+    assert release_runs["actors"].get(CpuPolicyWorkerImpl.__name__) == 1, release_runs["actors"]
+    assert {task: run["worker"] for task, run in release_runs["runs"].items()} == {
+        task: "actor" if task == ACTOR_RUN else "driver" for task in MATRIX}
+    assert release_runs["resumed"]["worker"] == "driver"
 
 
 @pytest.mark.parametrize("task", sorted(COMPONENTS))
@@ -125,7 +130,9 @@ def test_every_task_trains_in_the_releases_grpo_train_with_its_rewards_per_step(
 def test_a_release_run_killed_after_step_1_resumes_to_the_uninterrupted_numbers(release_runs):
     """The release renames a checkpoint in finalize_checkpoint right after saving it: held back
     by our hook until the step's record is written, a kill right after the rename leaves step 1's
-    record, and the resumed run's steps 2-3 are the uninterrupted run's."""
+    record, and the resumed run's steps 2-3 are the uninterrupted run's. The killed and resumed
+    jobs' policy worker ran in the driver, the uninterrupted run's in a Ray actor: the same
+    numbers from both."""
     if release_runs is None:
         return
     from gdpo_nemo.runs import rundir

@@ -107,13 +107,18 @@ def stop_ray() -> None:
             del os.environ["RAY_TMPDIR"]
 
 
-def register_worker() -> str:
+def register_worker(mode: str | None = None) -> str:
     """Our CPU policy worker in NeMo RL's actor-environment registry, run by this very
-    Python (NeMo RL maps its own workers to ``uv run`` environments); returns its FQN."""
+    Python (NeMo RL maps its own workers to ``uv run`` environments); returns its FQN.
+    `mode` (`driver_worker.worker_mode`: default ``$GDPO_NEMO_CPU_WORKER`` or "driver"):
+    "driver" makes the worker in this process (`driver_worker`), "actor" in a Ray actor's."""
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
 
-    fqn = "gdpo_nemo.engines.nemo.cpu.worker.CpuPolicyWorker"
+    from gdpo_nemo.engines.nemo.cpu.driver_worker import worker_mode
+
+    name = "CpuPolicyWorkerInDriver" if worker_mode(mode) == "driver" else "CpuPolicyWorker"
+    fqn = f"gdpo_nemo.engines.nemo.cpu.worker.{name}"
     ACTOR_ENVIRONMENT_REGISTRY[fqn] = PY_EXECUTABLES.SYSTEM
     return fqn
 

@@ -38,8 +38,9 @@ class CpuRun:
     (``start``: Ray, data, environments and policy workers; ``train``: grpo_train;
     ``stop``: shutting workers, environments and an own Ray down), the policy weights' |w|
     sum before and after, whether a timeout stopped it, the device patches its worker
-    needed, and how many workers NeMo RL's initializer started from this driver
-    (`cluster.workers_started_by_the_driver`)."""
+    needed, how many workers NeMo RL's initializer started from this driver
+    (`cluster.workers_started_by_the_driver`), and where the policy worker ran: "driver"
+    (in this process, `driver_worker`) or "actor" (a Ray actor's process of its own)."""
 
     run_dir: Path
     generate_calls: int = 0
@@ -49,15 +50,19 @@ class CpuRun:
     timed_out: bool = False
     device_patches: list = field(default_factory=list)
     initializers_in_driver: int = 0
+    worker: str = "driver"
 
 
-def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None) -> CpuRun:
+def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None, worker: str | None = None) -> CpuRun:
     """Run NeMo RL's grpo_train for `config` (a validated ``gdpo.engine: nemo`` run config,
     already sized for a CPU: see `gdpo_nemo.engines.nemo.cpu.smoke`) on this machine.
 
     The run dir is ``logger.log_dir``; a run dir with checkpoints resumes from the latest,
     as on a cluster. `threads`: torch threads of the policy worker (1 keeps results
     independent of the machine). `out`: where one line per step goes (None: nowhere).
+    `worker`: "driver" (the policy worker made in this process: no Python of its own to
+    start and import NeMo RL into) or "actor" (NeMo RL's Ray actor); default
+    ``$GDPO_NEMO_CPU_WORKER``, else "driver" (`driver_worker.worker_mode`).
     A Ray already started in this process is used and left running; otherwise a private
     one is started and stopped.
     """
@@ -74,7 +79,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     from nemo_rl.utils.logger import Logger
 
     from gdpo_nemo.engines.nemo import plugin
-    from gdpo_nemo.engines.nemo.cpu import cluster
+    from gdpo_nemo.engines.nemo.cpu import cluster, driver_worker
     from gdpo_nemo.engines.nemo.cpu.generation import PolicyGeneration
     from gdpo_nemo.engines.nemo.cpu.report import AdvantageRecorder
     from gdpo_nemo.engines.nemo.metrics import StepMetricsWriter, latest_checkpoint_step
@@ -87,7 +92,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
     imports = started - entered
     run_dir = prepare_run_dir(config, generation_backend=CPU_GENERATION)
     resume_step = latest_checkpoint_step(config["checkpointing"]["checkpoint_dir"])
-    result = CpuRun(run_dir=run_dir)
+    result = CpuRun(run_dir=run_dir, worker=driver_worker.worker_mode(worker))
     writer = StepMetricsWriter(run_dir, resume_step=resume_step)
     state = plugin.register(config, writer=writer)
     AdvantageRecorder(run_dir, first_step=(resume_step or 0) + 1, out=out).install()
@@ -128,7 +133,7 @@ def train_on_cpu(config: Mapping, *, threads: int = 1, out: TextIO | None = None
         with cluster.workers_started_by_the_driver():
             policy = Policy(
                 cluster=virtual_cluster, config=master.policy, tokenizer=tokenizer,
-                worker_extension_cls_fqn=cluster.register_worker(), weights_path=weights_path,
+                worker_extension_cls_fqn=cluster.register_worker(result.worker), weights_path=weights_path,
                 optimizer_path=optimizer_path, init_optimizer=True, init_reference_model=init_reference,
             )
         result.initializers_in_driver = cluster.forget_driver_initializers(policy.worker_group)
@@ -179,8 +184,12 @@ def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> N
 
     from gdpo_nemo.engines.nemo.cpu import cluster
 
+    from gdpo_nemo.engines.nemo.cpu import driver_worker
+
     if policy is not None:
+        _bounded("the policy's workers", lambda: driver_worker.shut_down_group(policy.worker_group))
         _bounded("the policy's workers", policy.shutdown)
+    driver_worker.release_all()  # also after a worker that failed in its start
     if virtual_cluster is not None:
         _bounded("the placement groups", virtual_cluster.shutdown)
     if hasattr(grpo_module, "shutdown_environments"):

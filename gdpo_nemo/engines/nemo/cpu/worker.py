@@ -13,8 +13,11 @@ Sampling is seeded from the run's seed and the batch's prompt tokens (not from a
 counter): the same prompts on the same weights give the same answers, so a run killed
 after a checkpoint and resumed generates what the uninterrupted run generated.
 
-Imported only inside the worker's Ray process (NeMo RL's worker builder imports it by
-name there), never in the driver.
+NeMo RL's worker builder imports this module by name where it starts the worker: in the
+driver, which makes the worker there (`CpuPolicyWorkerInDriver`, see
+`gdpo_nemo.engines.nemo.cpu.driver_worker`), or, with ``GDPO_NEMO_CPU_WORKER=actor``, in the
+worker's own Ray process (`CpuPolicyWorker`). Importing it installs the device patches in
+that process.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 
 from gdpo_nemo.engines.nemo.cpu import device
 from gdpo_nemo.engines.nemo.cpu.cluster import SEED_ENV, THREADS_ENV
+from gdpo_nemo.engines.nemo.cpu.driver_worker import ActorClassInDriver
 
 device.install()  # before NeMo RL's worker modules bind torch.cuda / ray functions
 
@@ -35,7 +39,8 @@ from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker import unshard_fsdp2_model  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker_v2 import DTensorPolicyWorkerV2Impl  # noqa: E402
 
-__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "WORKER_FQN", "sampling_seed"]
+__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "CpuPolicyWorkerInDriver", "WORKER_FQN", "WORKER_IN_DRIVER_FQN",
+           "sampling_seed"]
 
 
 def sampling_seed(run_seed: int, input_ids: torch.Tensor, input_lengths: torch.Tensor) -> int:
@@ -150,3 +155,6 @@ for _name in sorted(_INHERITED):
 
 CpuPolicyWorker = ray.remote(CpuPolicyWorkerImpl)
 WORKER_FQN = f"{__name__}.CpuPolicyWorker"
+# The same worker made in the driver's process, behind an actor's interface.
+CpuPolicyWorkerInDriver = ActorClassInDriver(CpuPolicyWorkerImpl, getattr(CpuPolicyWorker, "_default_options", None))
+WORKER_IN_DRIVER_FQN = f"{__name__}.CpuPolicyWorkerInDriver"
