@@ -201,11 +201,12 @@ def test_nemo_rl_s_worker_group_shutdown_ends_in_driver_workers_through_their_cl
 
 def test_the_worker_mode_comes_from_the_call_the_environment_or_defaults_to_the_driver(monkeypatch):
     from gdpo_nemo.engines.nemo.cpu.driver_worker import WORKER_ENV as ENV, worker_mode
+    from gdpo_nemo.errors import UserError
 
     monkeypatch.delenv(ENV, raising=False)
     assert worker_mode() == "driver"
     monkeypatch.setenv(ENV, "actor")
     assert worker_mode() == "actor" and worker_mode("driver") == "driver"
     monkeypatch.setenv(ENV, "thread")
-    with pytest.raises(ValueError, match=r"GDPO_NEMO_CPU_WORKER='thread': expected one of driver, actor"):
+    with pytest.raises(UserError, match=r"GDPO_NEMO_CPU_WORKER='thread': expected one of driver, actor"):
         worker_mode()

@@ -38,6 +38,8 @@ import random
 import sys
 import threading
 
+from gdpo_nemo.errors import UserError
+
 __all__ = ["ActorClassInDriver", "WORKER_ENV", "WORKER_MODES", "WorkerInDriver", "live_workers",
            "release_all", "shut_down_group", "worker_mode"]
 
@@ -54,7 +56,7 @@ def worker_mode(mode: str | None = None) -> str:
     values for anything else."""
     chosen = (mode or os.environ.get(WORKER_ENV) or "driver").strip().lower()
     if chosen not in WORKER_MODES:
-        raise ValueError(f"{WORKER_ENV}={chosen!r}: expected one of {', '.join(WORKER_MODES)}")
+        raise UserError(f"{WORKER_ENV}={chosen!r}: expected one of {', '.join(WORKER_MODES)}")
     return chosen
 
 
