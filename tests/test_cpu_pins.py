@@ -101,3 +101,46 @@ def test_the_machine_is_recorded_beside_the_numerics_and_never_compared():
     one = {"numerics": {"cpu_capability": "AVX2"}, "machine": {"cpu": "AMD EPYC"}}
     other = {"numerics": {"cpu_capability": "AVX2"}, "machine": {"cpu": "Intel(R) Xeon(R) Processor"}}
     assert provenance.differences([one, other], ["a", "b"], provenance.NUMBER_FIELDS) == []
+
+
+# One optimizer step of the local engine (policy.optimizer as configs give it) on fixed weights
+# and gradients; KWARGS: extra optimizer kwargs.
+OPTIMIZER_STEP = """
+import hashlib, json
+import torch
+from gdpo_nemo.engines.local.optimizer import build_optimizer
+g = torch.Generator().manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
+for p in model.parameters():
+    p.data = torch.randn(p.shape, generator=g)
+    p.grad = torch.randn(p.shape, generator=g) * 1e-3
+policy = {"optimizer": {"name": "torch.optim.AdamW", "kwargs": {"lr": 1e-3, "weight_decay": 0.01, "betas": [0.9, 0.999],
+          "eps": 1e-8, **KWARGS}}}
+optimizer = build_optimizer(model, policy)
+for _ in range(3):
+    optimizer.step()
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16])
+"""
+
+
+def optimizer_step(mkl_branch: str, kwargs: str = "{}") -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
+    done = subprocess.run([sys.executable, "-c", OPTIMIZER_STEP.replace("KWARGS", kwargs)], timeout=300,
+                          env={**clean, "PYTHONPATH": str(REPO), "ATEN_CPU_CAPABILITY": cpu_pins.ATEN_CAPABILITY,
+                               "MKL_CBWR": mkl_branch}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_local_engine_s_optimizer_step_does_not_depend_on_onemkl_s_branch():
+    # torch's per-tensor AdamW takes its square root from oneMKL's vector math, whose COMPATIBLE
+    # kernel starts from rsqrtps (other bits on Intel and AMD): the committed regeneration run's
+    # warm start, made on an AMD EPYC, gave other weights on an Intel Xeon. The engine's
+    # optimizer (and the warm start's) is torch's fused CPU kernel: ATen's exact sqrt, the same
+    # under any oneMKL branch, so under the one a CPU of the other maker runs.
+    assert optimizer_step("COMPATIBLE") == optimizer_step("AUTO")
+    per_tensor = [optimizer_step(branch, '{"foreach": False}') for branch in ("COMPATIBLE", "AUTO")]
+    if per_tensor[0] == per_tensor[1]:
+        pytest.skip("oneMKL's own branch on this CPU computes COMPATIBLE's square roots: the per-tensor loop's"
+                    " dependence cannot be shown here")
+    assert optimizer_step("COMPATIBLE") not in per_tensor  # the fused kernel, not the per-tensor loop, ran

@@ -9,11 +9,30 @@ import torch
 from gdpo_nemo.errors import UserError
 
 
+def kernel_options(model, kwargs: dict) -> dict:
+    """`kwargs` plus ``fused=True`` when the model's parameters are on the CPU and `kwargs`
+    choose no implementation (``fused`` or ``foreach``).
+
+    Why: torch's default Adam(W) on CPU tensors is its per-tensor loop, whose
+    ``exp_avg_sq.sqrt()`` runs oneMKL's vector math. Under the CPU pins (oneMKL's COMPATIBLE
+    branch, gdpo_nemo.runs.cpu_pins) that is oneMKL's SSE2 square root kernel, which starts
+    from ``rsqrtps``, an approximate instruction whose bits differ between Intel and AMD
+    processors: the same warm start gave other weights on an Intel Xeon than on an AMD EPYC.
+    The fused CPU kernel is ATen's own (its square root is the exact ``sqrtps``, its kernels
+    pinned to AVX2 like the rest of ATen's), the same bits on any x86-64 CPU with AVX2."""
+    kwargs = dict(kwargs)
+    on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+    if on_cpu and "fused" not in kwargs and "foreach" not in kwargs:
+        kwargs["fused"] = True
+    return kwargs
+
+
 def build_optimizer(model, policy: dict):
     """`policy.optimizer`: torch.optim.AdamW or torch.optim.Adam (the two names the config
-    check accepts) over the model's parameters with `kwargs` (lr, weight_decay, betas, eps)."""
+    check accepts) over the model's parameters with `kwargs` (lr, weight_decay, betas, eps),
+    torch's fused kernel on the CPU unless `kwargs` choose one (`kernel_options`)."""
     name = policy["optimizer"]["name"]
-    kwargs = dict(policy["optimizer"]["kwargs"])
+    kwargs = kernel_options(model, policy["optimizer"]["kwargs"])
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     cls = torch.optim.AdamW if name == "torch.optim.AdamW" else torch.optim.Adam

@@ -37,6 +37,7 @@ import torch
 from gdpo_nemo.engines.local.device import (attention_backends, autocast, prepare_device, resolve_device,
                                             torch_threads)
 from gdpo_nemo.engines.local.models import base_seed, cache_dir, load_policy, load_pretrained, save_folder, shown
+from gdpo_nemo.engines.local.optimizer import kernel_options
 from gdpo_nemo.runs import cpu_pins, provenance
 
 # The record a warm start keeps beside its weights.
@@ -71,7 +72,7 @@ def warm_start_expected(config: dict) -> dict:
         "seed": config["grpo"]["seed"],
         "chat_template_kwargs": config["policy"]["tokenizer"]["chat_template_kwargs"],
         **provenance.numerics_key(warm_start_numerics(config)),
-        "version": 2,
+        "version": 3,  # 3: fused AdamW on the CPU (optimizer.kernel_options)
     }
 
 
@@ -168,7 +169,7 @@ def supervised_warm_start(model, tokenizer, task_name: str, *, task_options=None
     items = task.load("train", source="offline", limit=examples, seed=seed)
     rng = random.Random(seed)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), **kernel_options(model, {"lr": lr, "weight_decay": 0.0}))
     losses = []
     bar = None
     if progress and steps:
