@@ -21,6 +21,13 @@ torch's first kernel runs (NeMo RL's engine does not: its numbers come from its 
   benchmarks/bench_cpu_pins.py measures what each pin costs;
 - ``ONEDNN_MAX_CPU_ISA=AVX2`` for oneDNN's kernels, for the same reason as ATen's.
 
+Under COMPATIBLE, oneMKL's vector math (torch's ``sqrt``, ``exp``, ``sin``, ... on CPU tensors)
+runs its SSE2 kernels, and those of ``sqrt``, ``log2``, ``log10``, ``tan``, ``atan``, ``asin``
+and ``acos`` (float64 ``log`` too) start from ``rcpps``/``rsqrtps``, approximate instructions
+with other bits on Intel and AMD: the pins cannot make those alike, so a run's numbers must not
+call them on CPU tensors (the local engine's AdamW is torch's fused kernel for that reason:
+`gdpo_nemo.engines.local.optimizer.kernel_options`).
+
 ``GDPO_NEMO_CPU_NUMERICS=native`` leaves torch's own choices (faster on some machines, same
 numbers only on the same kind of CPU). `state()` reports what is in effect in this process,
 and provenance records it with every run, so a run made under other code paths is named by
