@@ -144,3 +144,46 @@ def test_the_local_engine_s_optimizer_step_does_not_depend_on_onemkl_s_branch():
         pytest.skip("oneMKL's own branch on this CPU computes COMPATIBLE's square roots: the per-tensor loop's"
                     " dependence cannot be shown here")
     assert optimizer_step("COMPATIBLE") not in per_tensor  # the fused kernel, not the per-tensor loop, ran
+
+
+# The torch functions whose oneMKL COMPATIBLE kernels (the ones the pins select) start from
+# rcpps or rsqrtps (objdump of torch 2.13's libtorch_cpu: mkl_vml_kernel_{s,d}*_EXHAynn), whose
+# bits differ between Intel and AMD: a run's numbers must not call them on CPU tensors. `log`
+# only in float64 (its float32 kernel uses exact instructions); `pow` by 0.5 is torch's sqrt.
+APPROXIMATE_ON_ONEMKL = {"sqrt", "_foreach_sqrt", "log2", "log10", "tan", "atan", "atan2", "asin", "acos"}
+
+
+def test_a_local_run_calls_none_of_onemkl_s_approximate_vector_functions(tmp_path, monkeypatch):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gdpo_nemo.engines.local.trainer import train
+    from tests.test_local_engine import VARYING, tiny_config
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__.rstrip("_")
+            first = args[0] if args else None
+            if isinstance(first, torch.Tensor) and first.device.type == "cpu" and first.is_floating_point():
+                if (name in APPROXIMATE_ON_ONEMKL or (name == "log" and first.dtype == torch.float64)
+                        or (name == "pow" and len(args) > 1 and args[1] == 0.5)):
+                    self.seen.add(f"{name} ({first.dtype})")
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setenv("GDPO_NEMO_CACHE", str(tmp_path / "cache"))
+    common = (*VARYING, "grpo.max_num_steps=2", "loss_fn.reference_policy_kl_penalty=0.01",
+              "gdpo.local.warm_start.enabled=true", "gdpo.local.warm_start.steps=2", "gdpo.local.warm_start.batch_size=2")
+    for estimator in ("gdpo", "grpo"):
+        calls = Calls()
+        with calls:
+            train(tiny_config(*common, f"gdpo.estimator={estimator}"), tmp_path / estimator, log=lambda _: None)
+        assert not calls.seen, f"{estimator}: {sorted(calls.seen)} run oneMKL kernels built on approximate instructions"
+    # The probe sees the calls it looks for: torch's per-tensor AdamW (foreach off) takes sqrt.
+    calls = Calls()
+    with calls:
+        train(tiny_config(*common, "+policy.optimizer.kwargs.foreach=false"), tmp_path / "per_tensor", log=lambda _: None)
+    assert "sqrt (torch.float32)" in calls.seen
