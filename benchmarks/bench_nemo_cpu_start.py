@@ -32,11 +32,14 @@ NEMO_PYTHON = REPO / ".venv-nemo" / "bin" / "python"
 MODELS = {"gsm8k": "qwen2.5-1.5b-instruct", "toolcall": "qwen2.5-1.5b-instruct", "math": "r1-distill-qwen-1.5b"}
 # The same command, with NeMo RL's own IsolatedWorkerInitializer actor starting the worker.
 INITIALIZER_PEER = ("import contextlib, sys\n"
-        "from gdpo_nemo.engines.nemo.cpu import cluster\n"
-        "cluster.workers_started_by_the_driver = contextlib.nullcontext\n"
-        "from gdpo_nemo.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+                    "from gdpo_nemo.engines.nemo.cpu import cluster\n"
+                    "cluster.workers_started_by_the_driver = contextlib.nullcontext\n"
+                    "from gdpo_nemo.cli import main\n"
+                    "sys.exit(main(sys.argv[1:]))\n")
 OURS = "import sys\nfrom gdpo_nemo.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+# --peer: (its row's name, the code it runs); its policy worker is always a Ray actor.
+PEERS = {"actor": ("the worker a Ray actor (peer)", OURS),
+         "initializer": ("NeMo RL's initializer actor (peer)", INITIALIZER_PEER)}
 
 
 class CpuCgroup:
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=3, help="interleaved runs of each (default 3)")
     parser.add_argument("--task", choices=sorted(MODELS), default="gsm8k")
-    parser.add_argument("--peer", choices=("actor", "initializer"), default="actor",
+    parser.add_argument("--peer", choices=sorted(PEERS), default="actor",
                         help="actor: the worker as NeMo RL's Ray actor; initializer: its initializer actor too")
     args = parser.parse_args(argv)
     if not NEMO_PYTHON.is_file():
@@ -93,11 +96,10 @@ def main(argv=None) -> int:
         subprocess.run([str(NEMO_PYTHON), "-m", "gdpo_nemo.cli", "config", "show", f"task={args.task}",
                         f"model={MODELS[args.task]}", "algo=gdpo", "cluster=nemo_1n1g", "-o", str(config)],
                        check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-        peer = ("the worker a Ray actor (peer)" if args.peer == "actor" else "NeMo RL's initializer actor (peer)",
-                OURS if args.peer == "actor" else INITIALIZER_PEER)
-        rows = {peer[0]: [], "ours: the worker in the driver": []}
+        peer_name, peer_code = PEERS[args.peer]
+        rows = {peer_name: [], "ours: the worker in the driver": []}
         for pair in range(args.pairs):
-            for (name, times), code, worker in zip(rows.items(), (peer[1], OURS), ("actor", "driver")):
+            for (name, times), code, worker in zip(rows.items(), (peer_code, OURS), ("actor", "driver")):
                 mine = worker == "driver"
                 cgroup = CpuCgroup(f"bench-nemo-cpu-start-{os.getpid()}-{pair}-{len(times)}-{mine}")
                 try:

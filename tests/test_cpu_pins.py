@@ -18,6 +18,11 @@ from gdpo_nemo.runs import cpu_pins, provenance
 REPO = Path(__file__).resolve().parents[1]
 PIN_VARIABLES = (cpu_pins.MODE_ENV, *cpu_pins.PINNED_ENV)
 
+
+def unpinned_environment(**env: str) -> dict:
+    """This process's environment without any pin variable, this checkout importable, plus `env`."""
+    return {**{k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}, "PYTHONPATH": str(REPO), **env}
+
 # Work whose bits depend on the code paths: a matmul (oneMKL), softmax and attention (ATen).
 PROBE = """
 import hashlib, json, sys
@@ -40,8 +45,7 @@ def probe(pin_first: bool, **env: str) -> dict:
     code = PROBE.replace("PIN", "from gdpo_nemo.runs import cpu_pins; cpu_pins.pin()" if pin_first else
                          "import torch; torch.randn(4, 4) @ torch.randn(4, 4); from gdpo_nemo.runs import cpu_pins;"
                          " cpu_pins.pin()")
-    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
-    done = subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(REPO), **env},
+    done = subprocess.run([sys.executable, "-c", code], env=unpinned_environment(**env),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
@@ -86,10 +90,9 @@ def test_a_process_whose_onemkl_already_ran_is_not_called_pinned_and_says_so():
 
 
 def test_an_unknown_mode_is_refused_naming_the_variable_and_the_choices():
-    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
     done = subprocess.run([sys.executable, "-m", "gdpo_nemo.cli", "train", "--config",
                            str(REPO / "configs" / "local" / "tiny.yaml"), "--run-dir", "unused"], capture_output=True,
-                          text=True, env={**clean, "GDPO_NEMO_CPU_NUMERICS": "fast", "PYTHONPATH": str(REPO)}, timeout=120)
+                          text=True, env=unpinned_environment(GDPO_NEMO_CPU_NUMERICS="fast"), timeout=120)
     assert done.returncode == 2
     assert "GDPO_NEMO_CPU_NUMERICS='fast': expected one of ['pinned', 'native']" in done.stderr
     assert not (REPO / "unused").exists()
@@ -124,10 +127,9 @@ print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parame
 
 
 def optimizer_step(mkl_branch: str, kwargs: str = "{}") -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in PIN_VARIABLES}
     done = subprocess.run([sys.executable, "-c", OPTIMIZER_STEP.replace("KWARGS", kwargs)], timeout=300,
-                          env={**clean, "PYTHONPATH": str(REPO), "ATEN_CPU_CAPABILITY": cpu_pins.ATEN_CAPABILITY,
-                               "MKL_CBWR": mkl_branch}, capture_output=True, text=True)
+                          env=unpinned_environment(ATEN_CPU_CAPABILITY=cpu_pins.ATEN_CAPABILITY, MKL_CBWR=mkl_branch),
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]
 

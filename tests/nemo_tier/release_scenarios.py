@@ -10,7 +10,8 @@ dependency pins fit it, and this process imports the release, not the pin.
 `killed` runs the math run until a SIGKILL right after step 1's checkpoint; `matrix` trains
 every task once (math with DAPO on the early-stopping MODEL, its policy worker a Ray actor,
 the others' made in the driver), then resumes RUN_DIR (the killed run) in the same process and
-Ray: one NeMo RL start-up (imports, Ray) fewer than a process of its own. `matrix` writes what it saw as JSON to stdout's last line.
+Ray: one NeMo RL start-up (imports, Ray) fewer than a process of its own. `matrix` writes what
+it saw as JSON to stdout's last line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import MATH_CHECKPOINTING, actor_classes, cpu_config  # noqa: E402
+from support import ACTOR_RUN, MATH_CHECKPOINTING, actor_classes, cpu_config  # noqa: E402
 
 # Every task once, each with another estimator (as tests/nemo_tier's MATRIX); math keeps
 # DAPO on with the early-stopping model so its groups vary.
@@ -40,10 +41,6 @@ def _nemo_rl() -> dict:
 
     return {"version": nemo_rl.__version__, "file": nemo_rl.__file__, "problems": interface_problems()}
 
-
-# The run whose policy worker is NeMo RL's Ray actor (the others' are made in the driver):
-# the killed and resumed run (its worker in the driver) must give its numbers.
-ACTOR_RUN = "math"
 
 
 def _run(config: dict, worker: str | None = None) -> dict:

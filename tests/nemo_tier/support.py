@@ -28,6 +28,11 @@ TASK_RUNS = {
 # by the length reward and keep the best one.
 MATH_CHECKPOINTING = ("checkpointing.metric_name=val:reward/length", "checkpointing.keep_top_k=1")
 
+# The matrix run (the pin's and the release's) whose policy worker is NeMo RL's Ray actor, a
+# process of its own (the others' are made in the driver, gdpo_nemo.engines.nemo.cpu.driver_worker):
+# the math run, which the killed and resumed job (its worker in the driver) must reproduce.
+ACTOR_RUN = "math"
+
 
 def small_config(task: str, tokenizer_dir: str, run_dir: Path, *, algo: str = "gdpo", rows: int = 2,
                  generations: int = 2, extra: tuple[str, ...] = ()) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from support import MATH_CHECKPOINTING, actor_classes, cpu_config, early_stopping_tiny, nemo_rl_advantages
+from support import ACTOR_RUN, MATH_CHECKPOINTING, actor_classes, cpu_config, early_stopping_tiny, nemo_rl_advantages
 
 # Each task with a different estimator: every task and every estimator once.
 MATRIX = {
@@ -58,11 +58,6 @@ def _train(config, out=None, worker=None):
 
     return train_on_cpu(config, out=out, worker=worker)
 
-
-# The matrix run whose policy worker is NeMo RL's Ray actor, a process of its own (the others'
-# are made in the driver, gdpo_nemo.engines.nemo.cpu.driver_worker): the math run, which the
-# killed and resumed job (its worker in the driver) must reproduce step for step.
-ACTOR_RUN = "math"
 
 
 @pytest.fixture(scope="module")

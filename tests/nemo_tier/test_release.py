@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from release_scenarios import ACTOR_RUN, MATH, MATRIX
-from support import cpu_config
+from release_scenarios import MATH, MATRIX
+from support import ACTOR_RUN, cpu_config
 
 # The module's fixture runs the killed run and then every task with the resume in one more
 # process (about 6 minutes idle, 11 or more on a loaded machine): the first test's setup holds

@@ -182,9 +182,7 @@ def _shut_down(policy, virtual_cluster, environments: tuple, own_ray: bool) -> N
     shutdown, which ends the processes it started, still comes."""
     import nemo_rl.algorithms.grpo as grpo_module
 
-    from gdpo_nemo.engines.nemo.cpu import cluster
-
-    from gdpo_nemo.engines.nemo.cpu import driver_worker
+    from gdpo_nemo.engines.nemo.cpu import cluster, driver_worker
 
     if policy is not None:
         _bounded("the policy's workers", lambda: driver_worker.shut_down_group(policy.worker_group))

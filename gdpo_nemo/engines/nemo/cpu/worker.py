@@ -39,8 +39,7 @@ from nemo_rl.distributed.batched_data_dict import BatchedDataDict  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker import unshard_fsdp2_model  # noqa: E402
 from nemo_rl.models.policy.workers.dtensor_policy_worker_v2 import DTensorPolicyWorkerV2Impl  # noqa: E402
 
-__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "CpuPolicyWorkerInDriver", "WORKER_FQN", "WORKER_IN_DRIVER_FQN",
-           "sampling_seed"]
+__all__ = ["CpuPolicyWorker", "CpuPolicyWorkerImpl", "CpuPolicyWorkerInDriver", "WORKER_FQN", "sampling_seed"]
 
 
 def sampling_seed(run_seed: int, input_ids: torch.Tensor, input_lengths: torch.Tensor) -> int:
@@ -157,4 +156,3 @@ CpuPolicyWorker = ray.remote(CpuPolicyWorkerImpl)
 WORKER_FQN = f"{__name__}.CpuPolicyWorker"
 # The same worker made in the driver's process, behind an actor's interface.
 CpuPolicyWorkerInDriver = ActorClassInDriver(CpuPolicyWorkerImpl, getattr(CpuPolicyWorker, "_default_options", None))
-WORKER_IN_DRIVER_FQN = f"{__name__}.CpuPolicyWorkerInDriver"
